@@ -1,0 +1,306 @@
+"""The public functions: docstrings, validation and normalisation, then a backend."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Literal
+
+import numpy as np
+from numpy.lib.array_utils import normalize_axis_index
+
+from cuscan import _backend, _dtypes
+
+METHODS = ("auto", "serial", "parallel")
+
+Method = Literal["auto", "serial", "parallel"]
+ArrayLike = Any
+
+
+def linear_recurrence(
+    decays: ArrayLike,
+    impulses: ArrayLike,
+    initial_state: ArrayLike | None = None,
+    *,
+    axis: int = 0,
+    reverse: bool = False,
+    method: Method = "auto",
+) -> Any:
+    """Compute the linear recurrence ``h[t] = decays[t] * h[t-1] + impulses[t]``.
+
+    Parameters
+    ----------
+    decays : array_like
+        Multipliers of the previous state. Broadcasts against `impulses`: a
+        scalar or a time-invariant ``(D,)`` array against ``(T, D)`` impulses
+        is read in place, never copied.
+    impulses : array_like
+        Inputs added at each step.
+    initial_state : array_like, optional
+        The state before the first step, ``h[-1]``; broadcasts to the result's
+        shape with `axis` removed. Zero when omitted.
+    axis : int, default 0
+        The time axis of the broadcast shape.
+    reverse : bool, default False
+        Run from the last element to the first:
+        ``h[t] = decays[t] * h[t+1] + impulses[t]``, with `initial_state` as
+        ``h[T]``.
+    method : {"auto", "serial", "parallel"}, default "auto"
+        ``"serial"`` steps through time; ``"parallel"`` is the chunked scan
+        (see Notes); ``"auto"`` picks the faster for the shape. All agree to
+        within rounding.
+
+    Returns
+    -------
+    h : ndarray
+        The states, with the broadcast shape of `decays` and `impulses`, the
+        dtype NumPy promotion gives them and `initial_state` (bool and integer
+        inputs give float64), on the same library and device as the inputs.
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not broadcast, the broadcast shape has no axis,
+        `initial_state` does not broadcast to the state shape, or `method` is
+        unknown.
+    numpy.exceptions.AxisError
+        If `axis` is out of range.
+    TypeError
+        If an input has an unsupported dtype (object, string, datetime...), or
+        arrays from different libraries or devices are mixed.
+
+    Notes
+    -----
+    Supported dtypes are float16, bfloat16 (from ``ml_dtypes``), float32,
+    float64, complex64 and complex128. Half types are accumulated in float32
+    and rounded once when stored.
+
+    The parallel method is Algorithm 1 of [1]_: the sequence is cut into
+    chunks, each chunk is reduced to the product of its decays and its final
+    state from zero, the chunk carries are scanned (recursively, with the same
+    algorithm), and each chunk is re-run from its carry. Within a chunk the
+    arithmetic is exactly the serial recurrence's, so a decay of 0 resets the
+    state and NaN or infinity propagates as it does serially; carries only
+    differ from the serial loop by rounding.
+
+    References
+    ----------
+    .. [1] E. Martin and C. Cundy, "Parallelizing Linear Recurrent Neural Nets
+       Over Sequence Length", ICLR 2018.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cuscan
+    >>> cuscan.linear_recurrence(0.5, [1.0, 1.0, 1.0, 1.0])
+    array([1.   , 1.5  , 1.75 , 1.875])
+
+    A decay per channel, time along axis 0, and a starting state:
+
+    >>> decays = np.array([0.5, 1.0])
+    >>> impulses = np.ones((3, 2))
+    >>> cuscan.linear_recurrence(decays, impulses, initial_state=[4.0, 0.0])
+    array([[3.  , 1.  ],
+           [2.5 , 2.  ],
+           [2.25, 3.  ]])
+
+    Running backwards:
+
+    >>> cuscan.linear_recurrence(0.5, [1.0, 1.0, 1.0], reverse=True)
+    array([1.75, 1.5 , 1.  ])
+    """
+    if method not in METHODS:
+        raise ValueError(f"`method` must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
+    operands = {"decays": decays, "impulses": impulses, "initial_state": initial_state}
+    backend = _backend.select(operands)
+    dtype, arrays = _as_arrays(backend, operands)
+    decays, impulses, initial_state = arrays["decays"], arrays["impulses"], arrays["initial_state"]
+    shape = _broadcast_shape(("decays", decays.shape), ("impulses", impulses.shape))
+    axis = _time_axis(axis, shape)
+    initial_state = _state(backend, initial_state, shape, axis)
+
+    xp = backend.xp
+    out = xp.empty(shape, dtype)
+    if shape[axis] == 0:
+        return out
+    views = [xp.broadcast_to(decays, shape), xp.broadcast_to(impulses, shape), out]
+    if reverse:
+        views = [xp.flip(v, axis) for v in views]
+    backend.forward(views[0], views[1], initial_state, views[2], axis, method)
+    return out
+
+
+def linear_recurrence_vjp(
+    grad_output: ArrayLike,
+    decays: ArrayLike,
+    output: ArrayLike,
+    initial_state: ArrayLike | None = None,
+    *,
+    axis: int = 0,
+    reverse: bool = False,
+) -> tuple[Any, Any, Any | None]:
+    """Vector-Jacobian product of :func:`linear_recurrence`.
+
+    Parameters
+    ----------
+    grad_output : array_like
+        Gradient of the loss with respect to the output ``h``; same shape as
+        `output`.
+    decays : array_like
+        The decays of the forward call; broadcasts to `output`'s shape.
+    output : array_like
+        The forward result ``h``.
+    initial_state : array_like, optional
+        The initial state of the forward call, if one was given.
+    axis : int, default 0
+        The time axis.
+    reverse : bool, default False
+        Whether the forward call ran in reverse.
+
+    Returns
+    -------
+    grad_decays : ndarray
+        Gradient with respect to `decays`, summed back to its shape.
+    grad_impulses : ndarray
+        Gradient with respect to the impulses, with `output`'s shape. Sum it
+        yourself if the impulses were broadcast.
+    grad_initial_state : ndarray or None
+        Gradient with respect to `initial_state`, summed back to its shape;
+        None when `initial_state` is None.
+
+    Raises
+    ------
+    ValueError
+        If `grad_output` and `output` differ in shape, `decays` or
+        `initial_state` do not broadcast to it, or there is no time axis.
+    numpy.exceptions.AxisError
+        If `axis` is out of range.
+    TypeError
+        For unsupported dtypes or mixed libraries, as in
+        :func:`linear_recurrence`.
+
+    Notes
+    -----
+    These are the backpropagation equations of [1]_, section 2.2: with
+    ``g = grad_impulses``,
+
+    - ``g[t] = grad_output[t] + conj(decays[t+1]) * g[t+1]``, a linear
+      recurrence run in reverse, and ``g[T-1] = grad_output[T-1]``;
+    - ``grad_decays[t] = conj(h[t-1]) * g[t]``, with ``h[-1] = initial_state``;
+    - ``grad_initial_state = conj(decays[0]) * g[0]``.
+
+    For complex dtypes this is PyTorch's convention: the gradient is the
+    conjugate Wirtinger derivative, so for a real loss ``L`` it is
+    ``dL/d(re z) + 1j * dL/d(im z)``. For real dtypes ``conj`` does nothing.
+
+    References
+    ----------
+    .. [1] E. Martin and C. Cundy, "Parallelizing Linear Recurrent Neural Nets
+       Over Sequence Length", ICLR 2018.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import cuscan
+    >>> h = cuscan.linear_recurrence(0.5, [1.0, 2.0, 3.0])
+    >>> grad_decays, grad_impulses, _ = cuscan.linear_recurrence_vjp(
+    ...     np.ones(3), 0.5, h)
+    >>> grad_impulses
+    array([1.75, 1.5 , 1.  ])
+    >>> float(grad_decays)
+    4.0
+    """
+    operands = {"grad_output": grad_output, "decays": decays, "output": output,
+                "initial_state": initial_state}
+    backend = _backend.select(operands)
+    dtype, arrays = _as_arrays(backend, operands)
+    grad_output, decays, output = arrays["grad_output"], arrays["decays"], arrays["output"]
+    initial_state = arrays["initial_state"]
+    shape = output.shape
+    if grad_output.shape != shape:
+        raise ValueError(
+            f"`grad_output` must have the shape of `output`; got {grad_output.shape} and {shape}"
+        )
+    _broadcast_shape(("decays", decays.shape), ("output", shape), into=shape)
+    axis = _time_axis(axis, shape)
+    state = _state(backend, initial_state, shape, axis)
+
+    xp = backend.xp
+    acc = _dtypes.accumulator(dtype)
+    grad_impulses = xp.empty(shape, dtype)
+    grad_decays = xp.zeros(shape, acc if decays.shape != shape else dtype)
+    grad_state = None if state is None else xp.zeros(state.shape, acc)
+    if shape[axis] > 0:
+        views = [xp.broadcast_to(grad_output, shape), xp.broadcast_to(decays, shape),
+                 output, grad_decays, grad_impulses]
+        if reverse:
+            views = [xp.flip(v, axis) for v in views]
+        go, a, h, ga, gx = views
+        backend.backward(go, a, h, state, ga, gx, grad_state, axis)
+    else:
+        grad_impulses[...] = 0
+    grad_decays = _sum_to_shape(xp, grad_decays, decays.shape).astype(dtype, copy=False)
+    if grad_state is not None:
+        grad_state = _sum_to_shape(xp, grad_state, initial_state.shape).astype(dtype, copy=False)
+    return grad_decays, grad_impulses, grad_state
+
+
+def _as_arrays(backend, operands: dict[str, object]):
+    """The result dtype, and every operand as an array of it (None stays None)."""
+    xp = backend.xp
+    arrays = {
+        name: value if value is None or isinstance(value, bool | int | float | complex)
+        else xp.asarray(value)
+        for name, value in operands.items()
+    }
+    dtype = _dtypes.result_dtype(arrays)
+    if hasattr(backend, "check_devices"):
+        backend.check_devices(arrays)
+    return dtype, {name: None if v is None else xp.asarray(v, dtype=dtype)
+                   for name, v in arrays.items()}
+
+
+def _broadcast_shape(first, second, into=None) -> tuple[int, ...]:
+    (name1, shape1), (name2, shape2) = first, second
+    try:
+        shape = np.broadcast_shapes(shape1, shape2)
+    except ValueError:
+        shape = None
+    if shape is None or (into is not None and shape != into):
+        raise ValueError(f"`{name1}` and `{name2}` do not broadcast: {shape1} and {shape2}")
+    return shape
+
+
+def _time_axis(axis: int, shape: tuple[int, ...]) -> int:
+    if not shape:
+        raise ValueError(
+            "the inputs are 0-d, so there is no time axis; expected at least 1 dimension"
+        )
+    return normalize_axis_index(operator.index(axis), len(shape))
+
+
+def _state(backend, initial_state, shape: tuple[int, ...], axis: int):
+    """`initial_state` broadcast to the state shape (``shape`` without ``axis``)."""
+    if initial_state is None:
+        return None
+    state_shape = shape[:axis] + shape[axis + 1:]
+    try:
+        fits = np.broadcast_shapes(initial_state.shape, state_shape) == state_shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"`initial_state` must broadcast to the state shape {state_shape} (the result's "
+            f"shape {shape} without axis {axis}); got shape {initial_state.shape}"
+        )
+    return backend.xp.broadcast_to(initial_state, state_shape)
+
+
+def _sum_to_shape(xp, array, shape: tuple[int, ...]):
+    """Sum a broadcast gradient back to the operand's ``shape``."""
+    if array.shape == shape:
+        return array
+    lead = array.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and array.shape[lead + i] != 1
+    )
+    return xp.sum(array, axis=axes, keepdims=True).reshape(shape)

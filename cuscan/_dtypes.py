@@ -1,0 +1,104 @@
+"""The one dtype table: what cuscan computes in, and how each dtype maps to CUDA."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DTypeInfo:
+    """How one supported dtype is stored, accumulated and named in CUDA."""
+
+    name: str
+    accumulator: str
+    cuda_storage: str
+    cuda_accumulator: str
+
+
+# name -> (accumulator, CUDA storage type, CUDA accumulator type). Half types
+# are loaded as float, combined in float and rounded once on store.
+_TABLE: dict[str, DTypeInfo] = {
+    info.name: info
+    for info in (
+        DTypeInfo("float16", "float32", "__half", "float"),
+        DTypeInfo("bfloat16", "float32", "__nv_bfloat16", "float"),
+        DTypeInfo("float32", "float32", "float", "float"),
+        DTypeInfo("float64", "float64", "double", "double"),
+        DTypeInfo("complex64", "complex64", "cuscan::complex<float>", "cuscan::complex<float>"),
+        DTypeInfo("complex128", "complex128", "cuscan::complex<double>", "cuscan::complex<double>"),
+    )
+}
+
+SUPPORTED_NAMES: tuple[str, ...] = tuple(_TABLE)
+
+
+def info(dtype: np.dtype) -> DTypeInfo:
+    """The table row of a supported dtype."""
+    return _TABLE[np.dtype(dtype).name]
+
+
+def is_supported(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is one cuscan computes in."""
+    return np.dtype(dtype).name in _TABLE
+
+
+def accumulator(dtype: np.dtype) -> np.dtype:
+    """The dtype arithmetic runs in for results of ``dtype``."""
+    return np.dtype(info(dtype).accumulator)
+
+
+def epsilon(dtype: np.dtype) -> float:
+    """Machine epsilon of a supported dtype (bfloat16 included)."""
+    dtype = np.dtype(dtype)
+    if dtype.name == "bfloat16":
+        return 2.0**-7
+    return float(np.finfo(dtype).eps)
+
+
+def _unsupported(name: str, dtype: np.dtype) -> TypeError:
+    return TypeError(
+        f"`{name}` has dtype {dtype}, which cuscan does not support; expected bool, "
+        f"an integer type or one of {', '.join(SUPPORTED_NAMES)}"
+    )
+
+
+def result_dtype(operands: dict[str, object]) -> np.dtype:
+    """The dtype of the result, following NumPy promotion.
+
+    ``operands`` maps argument names to arrays or Python scalars (``None`` is
+    skipped). Python scalars are weak, as in NumPy 2: a float decay does not
+    widen a float32 or bfloat16 array. Bool and integer results become
+    float64; bfloat16 with float16 becomes float32.
+    """
+    array_dtypes: list[np.dtype] = []
+    scalar_kinds: set[str] = set()
+    for name, value in operands.items():
+        if value is None:
+            continue
+        if isinstance(value, bool | int | float | complex):
+            scalar_kinds.add("c" if isinstance(value, complex) else "f")
+            continue
+        dtype = np.dtype(value.dtype)  # type: ignore[attr-defined]
+        if not (dtype.kind in "biu" or is_supported(dtype)):
+            raise _unsupported(name, dtype)
+        array_dtypes.append(dtype)
+
+    has_bf16 = any(d.name == "bfloat16" for d in array_dtypes)
+    has_f16 = any(d.name == "float16" for d in array_dtypes)
+    # NumPy cannot promote bfloat16 with integers or float16: promote as if it
+    # were float16, then widen where neither half type holds the other.
+    stand_ins = [np.dtype(np.float16) if d.name == "bfloat16" else d for d in array_dtypes]
+    result = np.result_type(*stand_ins) if stand_ins else np.dtype(np.float64)
+    if result == np.float16 and has_bf16:
+        bfloat16 = next(d for d in array_dtypes if d.name == "bfloat16")
+        result = np.dtype(np.float32) if has_f16 else bfloat16
+    if result.kind in "biu":
+        result = np.dtype(np.float64)
+    if "c" in scalar_kinds and result.kind != "c":
+        real = np.dtype(np.float16) if result.name == "bfloat16" else result
+        result = np.result_type(real, np.complex64)
+    if not is_supported(result):
+        raise _unsupported("the result", result)
+    return result

@@ -1,0 +1,160 @@
+"""NumPy backend: the serial recurrence and the paper's Algorithm 1, vectorised.
+
+Every function takes views whose time axis is ``axis`` and writes into ``out``;
+validation, broadcasting and dtype promotion happened in the front door.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from cuscan import _dtypes
+
+xp = np
+
+# "auto" runs the chunked scan when a time step holds fewer elements than
+# this and the sequence is at least this long, and at least twice as long as a
+# step is wide. Measured on (T, width) float64 arrays by benchmarks/numpy_methods.py:
+# below it each step's Python overhead dominates and chunking wins; above it
+# the serial loop's fewer passes over memory win.
+_MAX_PARALLEL_WIDTH = 1024
+_MIN_PARALLEL_LENGTH = 48
+
+
+# Overflow, underflow and NaN are data here, handled as the serial recurrence
+# handles them (and as the GPU does, silently); intermediate chunk products may
+# overflow without harm. So no floating-point warnings are raised.
+_quiet = np.errstate(all="ignore")
+
+
+@_quiet
+def forward(decays, impulses, initial_state, out, axis: int, method: str) -> None:
+    """Compute ``out[t] = decays[t] * out[t-1] + impulses[t]`` along ``axis``."""
+    acc = _dtypes.accumulator(out.dtype)
+    a, x, target = (_time_first(v, axis) for v in (decays, impulses, out))
+    a, x = a.astype(acc, copy=False), x.astype(acc, copy=False)
+    h0 = _initial(initial_state, x.shape[1:], acc)
+    work = target if target.dtype == acc else np.empty(target.shape, acc)
+    scan(a, x, h0, work, method)
+    if work is not target:
+        target[...] = work
+
+
+@_quiet
+def backward(grad_output, decays, output, initial_state, grad_decays, grad_impulses,
+             grad_initial_state, axis: int) -> None:
+    """The vector-Jacobian product, written into the three ``grad_*`` buffers.
+
+    ``grad_impulses[t] = grad_output[t] + conj(decays[t+1]) * grad_impulses[t+1]``
+    is a reverse recurrence over the decays shifted by one; then
+    ``grad_decays[t] = conj(output[t-1]) * grad_impulses[t]`` with
+    ``output[-1] = initial_state`` and ``grad_initial_state = conj(decays[0]) *
+    grad_impulses[0]``.
+    """
+    acc = _dtypes.accumulator(grad_impulses.dtype)
+    go, a, h, gx, ga = (_time_first(v, axis) for v in
+                        (grad_output, decays, output, grad_impulses, grad_decays))
+    go, a, h = (v.astype(acc, copy=False) for v in (go, a, h))
+    h0 = _initial(initial_state, go.shape[1:], acc)
+    g = gx if gx.dtype == acc else np.empty(gx.shape, acc)
+    # Reverse time by viewing every array backwards, then run the forward scan.
+    g[-1] = go[-1]
+    scan(np.conj(a[:0:-1]), go[-2::-1], g[-1], g[-2::-1], "auto")
+    if g is not gx:
+        gx[...] = g
+    np.multiply(np.conj(h0), g[0], out=ga[0], casting="unsafe")
+    np.multiply(np.conj(h[:-1]), g[1:], out=ga[1:], casting="unsafe")
+    if grad_initial_state is not None:
+        np.multiply(np.conj(a[0]), g[0], out=grad_initial_state.reshape(g.shape[1:]),
+                    casting="unsafe")
+
+
+def _time_first(view, axis: int):
+    """``view`` with time first and at least one channel axis after it."""
+    view = np.moveaxis(view, axis, 0)
+    return view if view.ndim > 1 else view[:, None]
+
+
+def _initial(initial_state, channel_shape, dtype):
+    if initial_state is None:
+        return np.zeros(channel_shape, dtype)
+    return np.asarray(initial_state, dtype).reshape(channel_shape)
+
+
+def scan(a, x, h0, out, method: str) -> None:
+    """Fill ``out`` (T, ...) with the recurrence, starting from ``h0``."""
+    length = a.shape[0]
+    if method == "auto":
+        width = math.prod(out.shape[1:])
+        wins = width < _MAX_PARALLEL_WIDTH and length >= max(_MIN_PARALLEL_LENGTH, 2 * width)
+        method = "parallel" if wins else "serial"
+    if method == "serial" or length < 4:
+        _serial(a, x, h0, out)
+    else:
+        _parallel(a, x, h0, out)
+
+
+def _serial(a, x, h, out) -> None:
+    for t in range(a.shape[0]):
+        np.multiply(a[t], h, out=out[t])
+        np.add(out[t], x[t], out=out[t])
+        h = out[t]
+
+
+def _chunk_length(length: int) -> int:
+    # Two passes of L Python-level steps each, plus the carry scan over T / L
+    # chunks (itself chunked): L near sqrt(T) balances them.
+    return max(2, math.isqrt(length))
+
+
+def _parallel(a, x, h0, out) -> None:
+    """Algorithm 1 of Martin & Cundy (2018), vectorised over chunks.
+
+    The time axis is cut into C chunks of L steps. One pass over the L
+    positions reduces every chunk at once to ``(P, R)``: the product of its
+    decays and its final state from a zero start. The chunk-level recurrence
+    ``carry[i] = P[i] * carry[i-1] + R[i]`` is scanned recursively, and a
+    second pass re-runs each chunk from its carry, exactly as the serial loop
+    would. The remainder after ``C * L`` steps runs serially from the last
+    carry.
+
+    ``P * carry + R`` equals the serial result only while everything is
+    finite: an overflowing product times a zero state, or an infinite decay,
+    would give NaN where the serial loop does not. Channels with a non-finite
+    product, reduction or carry are therefore re-run serially, so non-finite
+    values propagate exactly as in the serial recurrence.
+    """
+    length = a.shape[0]
+    chunk = _chunk_length(length)
+    count = length // chunk
+    body = count * chunk
+    shape = (count, chunk) + a.shape[1:]
+    ac, xc, oc = (v[:body].reshape(shape, copy=False) for v in (a, x, out))
+
+    reduced = np.zeros((count,) + out.shape[1:], out.dtype)
+    for j in range(chunk):
+        np.multiply(ac[:, j], reduced, out=reduced)
+        np.add(reduced, xc[:, j], out=reduced)
+    products = np.multiply.reduce(ac, axis=1)
+
+    carries = np.empty((count + 1,) + out.shape[1:], out.dtype)
+    carries[0] = h0
+    scan(products, reduced, h0, carries[1:], "auto")
+
+    h = carries[:-1]
+    for j in range(chunk):
+        np.multiply(ac[:, j], h, out=oc[:, j])
+        np.add(oc[:, j], xc[:, j], out=oc[:, j])
+        h = oc[:, j]
+    _serial(a[body:], x[body:], carries[-1], out[body:])
+
+    finite = np.isfinite(products).all(axis=0)
+    finite &= np.isfinite(reduced).all(axis=0)
+    finite &= np.isfinite(carries).all(axis=0)
+    if not finite.all():
+        redo = ~finite
+        exact = np.empty((length,) + out[:, redo].shape[1:], out.dtype)
+        _serial(a[:, redo], x[:, redo], h0[redo], exact)
+        out[:, redo] = exact

@@ -1,0 +1,88 @@
+"""The backend fixture, tolerances and helpers shared by every test module."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+
+import numpy as np
+import pytest
+
+from cuscan import _dtypes
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+DTYPES = _dtypes.SUPPORTED_NAMES
+
+
+def require(module: str):
+    """Import ``module``; skip without it, except under CI, where it must be installed."""
+    if IN_CI:
+        return importlib.import_module(module)
+    return pytest.importorskip(module)
+
+
+def dtype_of(name: str) -> np.dtype:
+    """A supported dtype by name (bfloat16 needs ml_dtypes)."""
+    if name == "bfloat16":
+        return np.dtype(require("ml_dtypes").bfloat16)
+    return np.dtype(name)
+
+
+class Backend:
+    """An array library the suite runs against, with conversions to and from NumPy."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.xp = np if name == "numpy" else importlib.import_module(name)
+
+    def asarray(self, array):
+        return np.asarray(array) if self.xp is np else self.xp.asarray(array)
+
+    def to_numpy(self, array):
+        return array if self.xp is np else self.xp.asnumpy(array)
+
+    def __repr__(self):
+        return self.name
+
+
+def _gpu_available() -> bool:
+    try:
+        cupy = importlib.import_module("cupy")
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+def backend(request) -> Backend:
+    if request.param == "cupy" and not _gpu_available():
+        pytest.skip("needs CuPy and a CUDA GPU")
+    return Backend(request.param)
+
+
+def tolerance(dtype, length: int) -> float:
+    """Allowed error relative to the magnitude scale, from the dtype's epsilon.
+
+    Rounding adds a few epsilons of the running magnitude per step; chunk
+    carries add a few more per level, growing like ``log2(length)``.
+    """
+    return 8 * _dtypes.epsilon(dtype) * (2 + math.log2(length + 1))
+
+
+def assert_close(actual, expected, scale, dtype, length: int) -> None:
+    """``|actual - expected| <= tolerance * scale`` elementwise, NaN matching NaN."""
+    actual = np.asarray(actual).astype(expected.dtype)
+    tiny = np.finfo(np.float64).tiny
+    limit = tolerance(dtype, length) * np.abs(scale) + tiny
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+    finite = np.isfinite(expected)
+    np.testing.assert_array_equal(actual[~finite & ~np.isnan(expected)],
+                                  expected[~finite & ~np.isnan(expected)])
+    with np.errstate(invalid="ignore"):
+        error = np.abs(actual - expected)
+    bad = finite & ~(error <= limit)
+    assert not bad.any(), (
+        f"{bad.sum()} of {bad.size} elements off; worst error {error[bad].max():.3g} "
+        f"against a limit of {limit[bad].min():.3g} ({dtype})"
+    )

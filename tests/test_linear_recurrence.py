@@ -1,0 +1,246 @@
+"""linear_recurrence against the float64 reference, on every backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuscan
+from tests import reference
+from tests.conftest import DTYPES, assert_close, dtype_of
+
+METHODS = ["serial", "parallel", "auto"]
+# Awkward lengths: tiny, primes, powers of two and their neighbours, chunk edges.
+LENGTHS = [1, 2, 3, 4, 5, 7, 13, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 1000, 1023, 1024,
+           1025, 4099, 65537]
+
+
+def make(rng, shape, dtype="float64", low=0.0, high=1.0):
+    """Random decays-like (uniform) data of ``dtype``, complex with a random phase."""
+    dtype = dtype_of(dtype) if isinstance(dtype, str) else dtype
+    values = rng.uniform(low, high, shape)
+    if dtype.kind == "c":
+        values = values * np.exp(1j * rng.uniform(0, 2 * np.pi, shape))
+    return values.astype(dtype)
+
+
+def check(backend, decays, impulses, initial_state=None, *, axis=0, reverse=False,
+          method="auto", dtype=None):
+    """Run cuscan on ``backend`` and compare with the reference."""
+    args = [backend.asarray(v) if isinstance(v, np.ndarray) else v
+            for v in (decays, impulses, initial_state)]
+    result = cuscan.linear_recurrence(*args, axis=axis, reverse=reverse, method=method)
+    assert type(result) is type(backend.xp.empty(0))
+    result = backend.to_numpy(result)
+    expected = reference.linear_recurrence(decays, impulses, initial_state, axis=axis,
+                                           reverse=reverse)
+    scale = reference.error_scale(decays, impulses, initial_state, axis=axis, reverse=reverse)
+    assert result.shape == expected.shape
+    if dtype is not None:
+        assert result.dtype == dtype
+    length = expected.shape[axis] if expected.ndim else 1
+    assert_close(result, expected, scale, dtype or result.dtype, length)
+    return result
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("length", LENGTHS)
+def test_lengths(backend, method, length):
+    rng = np.random.default_rng(length)
+    decays = make(rng, (length, 3))
+    impulses = make(rng, (length, 3), low=-1.0)
+    check(backend, decays, impulses, method=method)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_one_channel_long(backend, method):
+    rng = np.random.default_rng(0)
+    length = 2**20 if method != "serial" else 2**14
+    check(backend, make(rng, length), make(rng, length, low=-1.0), method=method)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_empty_time_axis(backend, method):
+    result = cuscan.linear_recurrence(backend.asarray(np.ones((0, 4))),
+                                      backend.asarray(np.ones((0, 4))), method=method)
+    assert result.shape == (0, 4)
+    result = cuscan.linear_recurrence(backend.asarray(np.ones((3, 0))),
+                                      backend.asarray(np.ones((3, 0))), method=method)
+    assert result.shape == (3, 0)
+
+
+@pytest.mark.parametrize("shape", [(37,), (29, 5), (3, 41, 4), (2, 3, 67, 2)])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("method", METHODS)
+def test_every_axis(backend, shape, reverse, method):
+    rng = np.random.default_rng(len(shape))
+    decays, impulses = make(rng, shape), make(rng, shape, low=-1.0)
+    for axis in range(-len(shape), len(shape)):
+        state = make(rng, shape[:axis % len(shape)] + shape[axis % len(shape) + 1:], low=-1)
+        check(backend, decays, impulses, state, axis=axis, reverse=reverse, method=method)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_dtypes(backend, dtype, method, reverse):
+    rng = np.random.default_rng(7)
+    shape = (517, 6)
+    decays = make(rng, shape, dtype, 0.5, 1.0)
+    impulses = make(rng, shape, dtype, -1.0)
+    state = make(rng, (6,), dtype, -1.0)
+    check(backend, decays, impulses, state, reverse=reverse, method=method,
+          dtype=dtype_of(dtype))
+
+
+# (decays shape, impulses shape, initial_state shape or None, axis)
+BROADCASTS = [
+    ((), (50, 4), None, 0),                # scalar decay
+    ((4,), (50, 4), None, 0),              # time-invariant decays
+    ((50, 1), (50, 4), (4,), 0),           # one decay per step, shared by channels
+    ((50, 4), (4,), None, 0),              # constant impulses
+    ((50, 4), (), (), 0),                  # scalar impulse and scalar state
+    ((3, 1, 4), (1, 50, 4), (3, 1), 1),    # batch x time x channels, both broadcast
+    ((1, 4, 1), (2, 4, 50), (2, 1), -1),   # time last
+    ((50, 1, 4), (50, 3, 1), (1, 4), 0),   # outer product of channel sets
+]
+
+
+@pytest.mark.parametrize(("decays_shape", "impulses_shape", "state_shape", "axis"), BROADCASTS)
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_broadcasting(backend, decays_shape, impulses_shape, state_shape, axis, method, reverse):
+    rng = np.random.default_rng(3)
+    decays = make(rng, decays_shape, low=0.5)
+    impulses = make(rng, impulses_shape, low=-1.0)
+    state = None if state_shape is None else make(rng, state_shape, low=-1.0)
+    check(backend, decays, impulses, state, axis=axis, method=method, reverse=reverse)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_python_scalars_and_lists(backend, method):
+    result = cuscan.linear_recurrence(0.5, backend.asarray(np.ones(70, np.float32)),
+                                      initial_state=2, method=method)
+    assert result.dtype == np.float32
+    expected = reference.linear_recurrence(0.5, np.ones(70), 2)
+    np.testing.assert_allclose(backend.to_numpy(result), expected, rtol=1e-6)
+    if backend.name == "numpy":
+        np.testing.assert_allclose(
+            cuscan.linear_recurrence([0.5, 0.5, 0.5], [1, 2, 3], method=method),
+            [1.0, 2.5, 4.25])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_non_contiguous_inputs(backend, method):
+    rng = np.random.default_rng(11)
+    base = make(rng, (200, 12, 6), low=0.3)
+    views = {
+        "strided": base[::2, ::3, 1],
+        "transposed": base[:, :, 0].T,
+        "fortran": np.asfortranarray(base[:, :, 2]),
+        "negative": base[::-1, ::-2, 3],
+    }
+    for decays in views.values():
+        for impulses in views.values():
+            for axis in (0, 1):
+                if decays.shape != impulses.shape:
+                    continue
+                check(backend, decays, impulses - 0.5, axis=axis, method=method)
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_inputs_not_modified(backend, method, reverse):
+    rng = np.random.default_rng(5)
+    decays, impulses, state = make(rng, (300, 3)), make(rng, (300, 3)), make(rng, (3,))
+    arrays = [backend.asarray(v) for v in (decays, impulses, state)]
+    cuscan.linear_recurrence(*arrays, method=method, reverse=reverse)
+    for before, after in zip((decays, impulses, state), arrays, strict=True):
+        np.testing.assert_array_equal(before, backend.to_numpy(after))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_zero_decays_reset(backend, method):
+    rng = np.random.default_rng(2)
+    decays = make(rng, (5000, 2), low=0.9)
+    decays[rng.random(decays.shape) < 0.01] = 0.0
+    decays[:, 1] = 0.0
+    result = check(backend, decays, make(rng, (5000, 2), low=-1), method=method)
+    assert np.isfinite(result).all()
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_underflowing_products(backend, method, dtype):
+    # Products of many small decays underflow to zero; the state must not.
+    rng = np.random.default_rng(4)
+    decays = np.full((20000, 2), 1e-3, dtype)
+    impulses = make(rng, (20000, 2), dtype, -1.0)
+    result = check(backend, decays, impulses, method=method)
+    assert np.isfinite(result).all()
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_zero_state_through_overflowing_products(backend, method, dtype):
+    # Serially, 0 * huge stays 0; chunk products overflow to infinity, and a
+    # zero carry times an infinite product must not become NaN.
+    length = 6000
+    decays = np.full(length, np.sqrt(np.finfo(dtype).max), dtype)
+    impulses = np.zeros(length, dtype)
+    decays[4000:], impulses[4000:] = 0.5, 1.0
+    result = backend.to_numpy(cuscan.linear_recurrence(
+        backend.asarray(decays), backend.asarray(impulses), method=method))
+    expected = reference.linear_recurrence(decays, impulses)
+    assert not np.isnan(result).any()
+    np.testing.assert_allclose(result, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_nan_and_inf_propagate_as_serially(backend, method):
+    length = 3000
+    rng = np.random.default_rng(9)
+    decays = make(rng, (length, 6), low=0.5)
+    impulses = make(rng, (length, 6), low=-1)
+    impulses[1234, 0] = np.nan          # NaN impulse: NaN from there on
+    decays[1500, 1] = np.nan            # NaN decay: likewise
+    impulses[700, 2] = np.inf           # infinity decays but stays infinite
+    impulses[700, 3] = np.inf           # ... until a zero decay makes it NaN
+    decays[900, 3] = 0.0
+    decays[2000, 4] = np.inf            # infinite decay times a finite state
+    impulses[10, 5] = -np.inf           # -inf then +inf: NaN
+    impulses[20, 5] = np.inf
+    check(backend, decays, impulses, method=method)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_matches_across_methods(backend, method):
+    rng = np.random.default_rng(12)
+    decays, impulses = make(rng, (3001, 5), "float32"), make(rng, (3001, 5), "float32", -1)
+    serial = cuscan.linear_recurrence(backend.asarray(decays), backend.asarray(impulses),
+                                      method="serial")
+    other = cuscan.linear_recurrence(backend.asarray(decays), backend.asarray(impulses),
+                                     method=method)
+    np.testing.assert_allclose(backend.to_numpy(other), backend.to_numpy(serial),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int32", "int64", "uint16"])
+def test_integer_inputs_promote_to_float64(backend, dtype):
+    decays = np.ones((9, 2), dtype)
+    impulses = np.ones((9, 2), dtype)
+    result = cuscan.linear_recurrence(backend.asarray(decays), backend.asarray(impulses))
+    assert result.dtype == np.float64
+    np.testing.assert_array_equal(backend.to_numpy(result)[:, 0], np.arange(1, 10))
+
+
+def test_promotion_follows_numpy(backend):
+    f32 = backend.asarray(np.ones(5, np.float32))
+    f64 = backend.asarray(np.ones(5, np.float64))
+    c64 = backend.asarray(np.ones(5, np.complex64))
+    assert cuscan.linear_recurrence(f32, f64).dtype == np.float64
+    assert cuscan.linear_recurrence(f32, c64).dtype == np.complex64
+    assert cuscan.linear_recurrence(f64, c64).dtype == np.complex128
+    assert cuscan.linear_recurrence(0.5, f32).dtype == np.float32
+    assert cuscan.linear_recurrence(0.5j, f32).dtype == np.complex64
+    assert cuscan.linear_recurrence(f32, f32, 2.0).dtype == np.float32

@@ -1,0 +1,149 @@
+"""linear_recurrence_vjp against finite differences and torch autograd."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuscan
+from tests import reference
+from tests.conftest import DTYPES, assert_close, dtype_of, require, tolerance
+from tests.test_linear_recurrence import make
+
+
+def vjp(backend, grad_output, decays, output, state=None, **kwargs):
+    args = [None if v is None else backend.asarray(v) if isinstance(v, np.ndarray) else v
+            for v in (grad_output, decays, output, state)]
+    grads = cuscan.linear_recurrence_vjp(*args, **kwargs)
+    return tuple(None if g is None else backend.to_numpy(g) for g in grads)
+
+
+def loss(weights, decays, impulses, state, axis, reverse):
+    """The real loss ``Re(sum(conj(weights) * h))``, whose gradient in h is `weights`."""
+    h = reference.linear_recurrence(decays, impulses, state, axis=axis, reverse=reverse)
+    return float(np.real(np.sum(np.conj(weights) * h)))
+
+
+def numerical_gradient(f, value, step=1e-6):
+    """Central differences of the real function f, as ``dRe + 1j * dIm`` for complex inputs."""
+    value = np.array(value, dtype=np.result_type(value, np.float64))
+    grad = np.zeros_like(value)
+    for index in np.ndindex(value.shape):
+        for unit in (1.0, 1j) if value.dtype.kind == "c" else (1.0,):
+            plus, minus = value.copy(), value.copy()
+            plus[index] += step * unit
+            minus[index] -= step * unit
+            grad[index] += unit * (f(plus) - f(minus)) / (2 * step)
+    return grad
+
+
+CASES = [
+    # decays shape, impulses shape, state shape, axis
+    ((9, 3), (9, 3), (3,), 0),
+    ((3,), (9, 3), None, 0),
+    ((), (2, 7), (2,), 1),
+    ((2, 1, 5), (2, 3, 5), (1, 5), 1),
+    ((5, 1), (5, 4), (), 0),
+    ((1,), (1,), (), 0),
+]
+
+
+@pytest.mark.parametrize(("decays_shape", "impulses_shape", "state_shape", "axis"), CASES)
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("kind", ["float64", "complex128"])
+def test_against_finite_differences(backend, decays_shape, impulses_shape, state_shape, axis,
+                                    reverse, kind):
+    rng = np.random.default_rng(1)
+    decays = make(rng, decays_shape, kind, -1.0)
+    impulses = make(rng, impulses_shape, kind, -1.0)
+    state = None if state_shape is None else make(rng, state_shape, kind, -1.0)
+    h = reference.linear_recurrence(decays, impulses, state, axis=axis, reverse=reverse)
+    weights = make(rng, h.shape, kind, -1.0)
+    grad_decays, grad_impulses, grad_state = vjp(backend, weights, decays, h, state, axis=axis,
+                                                 reverse=reverse)
+
+    def at(**changed):
+        args = {"decays": decays, "impulses": impulses, "state": state} | changed
+        return loss(weights, args["decays"], args["impulses"], args["state"], axis, reverse)
+
+    assert grad_decays.shape == decays.shape
+    assert grad_impulses.shape == h.shape
+    np.testing.assert_allclose(grad_decays, numerical_gradient(lambda v: at(decays=v), decays),
+                               rtol=1e-6, atol=1e-8)
+    full = np.broadcast_to(impulses, h.shape)
+    np.testing.assert_allclose(grad_impulses, numerical_gradient(lambda v: at(impulses=v), full),
+                               rtol=1e-6, atol=1e-8)
+    if state is None:
+        assert grad_state is None
+    else:
+        assert grad_state.shape == state.shape
+        np.testing.assert_allclose(grad_state, numerical_gradient(lambda v: at(state=v), state),
+                                   rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("kind", ["float64", "complex128"])
+@pytest.mark.parametrize("length", [1, 2, 5, 64, 257, 4099])
+def test_against_torch_autograd(backend, reverse, kind, length):
+    torch = require("torch")
+    rng = np.random.default_rng(length)
+    decays = make(rng, (length, 4), kind, 0.2)
+    impulses = make(rng, (length, 4), kind, -1.0)
+    state = make(rng, (4,), kind, -1.0)
+    weights = make(rng, (length, 4), kind, -1.0)
+
+    a, x, s = (torch.tensor(v, requires_grad=True) for v in (decays, impulses, state))
+    h, out = s, []
+    for t in reversed(range(length)) if reverse else range(length):
+        h = a[t] * h + x[t]
+        out.append(h)
+    h = torch.stack(out[::-1] if reverse else out)
+    h.backward(torch.tensor(weights))
+
+    grads = vjp(backend, weights, decays, h.detach().numpy(), state, reverse=reverse)
+    for ours, theirs in zip(grads, (a.grad, x.grad, s.grad), strict=True):
+        np.testing.assert_allclose(ours, theirs.numpy(), rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_dtypes(backend, dtype):
+    rng = np.random.default_rng(8)
+    shape = (300, 5)
+    decays = make(rng, shape, dtype, 0.5)
+    impulses = make(rng, shape, dtype, -1.0)
+    state = make(rng, (5,), dtype, -1.0)
+    h = cuscan.linear_recurrence(decays, impulses, state)
+    weights = make(rng, shape, dtype, -1.0)
+    grads = vjp(backend, weights, decays, h, state)
+    for grad in grads:
+        assert grad.dtype == dtype_of(dtype)
+
+    # The gradient of the impulses is the reverse recurrence over the weights
+    # with the decays shifted by one: compare with the reference there.
+    shifted = np.concatenate([np.conj(decays[1:]), np.zeros_like(decays[:1])])
+    expected = reference.linear_recurrence(shifted, weights, reverse=True)
+    scale = reference.error_scale(shifted, weights, reverse=True)
+    assert_close(grads[1], expected, scale, dtype_of(dtype), 300)
+    previous = np.concatenate([state[None], h[:-1]]).astype(expected.dtype)
+    # grad_decays is formed from the rounded grad_impulses in half precision.
+    product = np.conj(previous) * grads[1].astype(expected.dtype)
+    np.testing.assert_allclose(grads[0].astype(expected.dtype), product,
+                               atol=tolerance(dtype_of(dtype), 300) * np.abs(product).max())
+
+
+def test_empty_time_axis(backend):
+    zeros = backend.asarray(np.zeros((0, 3)))
+    grad_decays, grad_impulses, grad_state = cuscan.linear_recurrence_vjp(
+        zeros, backend.asarray(np.ones(3)), zeros, backend.asarray(np.ones(3)))
+    assert grad_impulses.shape == (0, 3)
+    np.testing.assert_array_equal(backend.to_numpy(grad_decays), 0)
+    np.testing.assert_array_equal(backend.to_numpy(grad_state), 0)
+
+
+def test_inputs_not_modified(backend):
+    rng = np.random.default_rng(6)
+    arrays = [make(rng, (100, 2)) for _ in range(3)] + [make(rng, (2,))]
+    copies = [backend.asarray(v) for v in arrays]
+    cuscan.linear_recurrence_vjp(*copies, reverse=True)
+    for before, after in zip(arrays, copies, strict=True):
+        np.testing.assert_array_equal(before, backend.to_numpy(after))
