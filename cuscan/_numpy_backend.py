@@ -130,16 +130,16 @@ def _parallel(a, x, h0, out) -> None:
     chunk = _chunk_length(length)
     count = length // chunk
     body = count * chunk
-    shape = (count, chunk) + a.shape[1:]
+    shape = (count, chunk, *a.shape[1:])
     ac, xc, oc = (v[:body].reshape(shape, copy=False) for v in (a, x, out))
 
-    reduced = np.zeros((count,) + out.shape[1:], out.dtype)
+    reduced = np.zeros((count, *out.shape[1:]), out.dtype)
     for j in range(chunk):
         np.multiply(ac[:, j], reduced, out=reduced)
         np.add(reduced, xc[:, j], out=reduced)
     products = np.multiply.reduce(ac, axis=1)
 
-    carries = np.empty((count + 1,) + out.shape[1:], out.dtype)
+    carries = np.empty((count + 1, *out.shape[1:]), out.dtype)
     carries[0] = h0
     scan(products, reduced, h0, carries[1:], "auto")
 
@@ -155,6 +155,6 @@ def _parallel(a, x, h0, out) -> None:
     finite &= np.isfinite(carries).all(axis=0)
     if not finite.all():
         redo = ~finite
-        exact = np.empty((length,) + out[:, redo].shape[1:], out.dtype)
+        exact = np.empty((length, *out[:, redo].shape[1:]), out.dtype)
         _serial(a[:, redo], x[:, redo], h0[redo], exact)
         out[:, redo] = exact

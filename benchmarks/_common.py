@@ -1,0 +1,60 @@
+"""What every benchmark records beside its numbers: commit, machine and versions."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def commit() -> str:
+    """The checked-out commit, with ``-dirty`` when the tree has changes."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=root, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("-dirty" if dirty.strip() else "")
+
+
+def environment() -> dict[str, str]:
+    """Machine and library versions."""
+    import scipy
+
+    return {
+        "commit": commit(),
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "cpu_count": str(__import__("os").cpu_count()),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def best_time(function, repeats: int) -> float:
+    """Minimum wall time of ``repeats`` calls after one warm-up, in seconds."""
+    function()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def write(name: str, payload: dict) -> Path:
+    """Write ``payload`` as ``results/<name>.json``."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path

@@ -1,0 +1,103 @@
+"""Wrong input gets a clear error that names what was expected and what was given."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuscan
+from cuscan import linear_recurrence, linear_recurrence_vjp
+
+
+def test_shapes_do_not_broadcast(backend):
+    a, x = backend.asarray(np.ones((4, 8))), backend.asarray(np.ones((4, 9)))
+    with pytest.raises(ValueError, match=r"`decays` and `impulses` do not broadcast: "
+                                         r"\(4, 8\) and \(4, 9\)"):
+        linear_recurrence(a, x)
+
+
+def test_axis_out_of_range(backend):
+    x = backend.asarray(np.ones((4, 8)))
+    with pytest.raises(np.exceptions.AxisError):
+        linear_recurrence(x, x, axis=2)
+    with pytest.raises(np.exceptions.AxisError):
+        linear_recurrence(x, x, axis=-3)
+    with pytest.raises(np.exceptions.AxisError):
+        linear_recurrence_vjp(x, x, x, axis=5)
+
+
+def test_axis_must_be_an_integer(backend):
+    x = backend.asarray(np.ones((4, 8)))
+    with pytest.raises(TypeError):
+        linear_recurrence(x, x, axis=1.0)
+
+
+def test_zero_dimensional(backend):
+    with pytest.raises(ValueError, match="0-d"):
+        linear_recurrence(0.5, 1.0)
+    with pytest.raises(ValueError, match="0-d"):
+        linear_recurrence(backend.asarray(np.float64(0.5)), backend.asarray(np.float64(1.0)))
+
+
+@pytest.mark.parametrize("state_shape", [(5,), (4, 8), (3, 1), (2, 8)])
+def test_wrong_initial_state_shape(backend, state_shape):
+    x = backend.asarray(np.ones((4, 8)))
+    with pytest.raises(ValueError, match=r"`initial_state` must broadcast to the state shape "
+                                         r"\(8,\)"):
+        linear_recurrence(x, x, backend.asarray(np.ones(state_shape)))
+
+
+def test_unknown_method(backend):
+    x = backend.asarray(np.ones(4))
+    with pytest.raises(ValueError, match="'auto', 'serial', 'parallel'; got 'fast'"):
+        linear_recurrence(x, x, method="fast")
+
+
+@pytest.mark.parametrize("values", [
+    np.array(["a", "b"]),
+    np.array([b"a", b"b"]),
+    np.array([1, 2], dtype=object),
+    np.array(["2020-01-01", "2020-01-02"], dtype="datetime64[D]"),
+    np.array([1, 2], dtype="timedelta64[s]"),
+])
+def test_unsupported_dtypes(values):
+    with pytest.raises(TypeError, match="float16, bfloat16, float32, float64, complex64"):
+        linear_recurrence(values, np.ones(2))
+    with pytest.raises(TypeError, match="`impulses` has dtype"):
+        linear_recurrence(np.ones(2), values)
+
+
+def test_long_double_is_rejected():
+    if np.dtype(np.longdouble) == np.float64:
+        pytest.skip("long double is float64 on this platform")
+    with pytest.raises(TypeError, match="`decays` has dtype"):
+        linear_recurrence(np.ones(2, np.longdouble), np.ones(2))
+
+
+def test_mixed_libraries():
+    class Foreign:
+        __module__ = "otherlib.arrays"
+
+    with pytest.raises(TypeError, match="one library"):
+        cuscan.linear_recurrence(np.ones(3), Foreign())
+
+
+def test_unknown_library():
+    class Foreign:
+        pass
+
+    Foreign.__module__ = "otherlib"
+    with pytest.raises(TypeError, match="does not support; expected a NumPy or CuPy array"):
+        cuscan.linear_recurrence(Foreign(), 1.0)
+
+
+def test_vjp_shapes(backend):
+    x = backend.asarray(np.ones((4, 8)))
+    with pytest.raises(ValueError, match=r"`grad_output` must have the shape of `output`"):
+        linear_recurrence_vjp(backend.asarray(np.ones((4, 7))), x, x)
+    with pytest.raises(ValueError, match=r"`decays` and `output` do not broadcast"):
+        linear_recurrence_vjp(x, backend.asarray(np.ones((2, 8))), x)
+    with pytest.raises(ValueError, match=r"`decays` and `output` do not broadcast"):
+        linear_recurrence_vjp(x, backend.asarray(np.ones((2, 4, 8))), x)
+    with pytest.raises(ValueError, match="`initial_state` must broadcast"):
+        linear_recurrence_vjp(x, x, x, backend.asarray(np.ones(4)))

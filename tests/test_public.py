@@ -1,0 +1,33 @@
+"""The public surface: exactly the documented names, and an import with no side effects."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+
+import cuscan
+
+
+def test_all_is_the_public_api():
+    public = {name for name in vars(cuscan) if not name.startswith("_")}
+    assert set(cuscan.__all__) == {"linear_recurrence", "linear_recurrence_vjp"}
+    assert public == set(cuscan.__all__)
+
+
+def test_signatures():
+    assert str(inspect.signature(cuscan.linear_recurrence)) == (
+        "(decays: 'ArrayLike', impulses: 'ArrayLike', initial_state: 'ArrayLike | None' = None, "
+        "*, axis: 'int' = 0, reverse: 'bool' = False, method: 'Method' = 'auto') -> 'Any'"
+    )
+    parameters = list(inspect.signature(cuscan.linear_recurrence_vjp).parameters)
+    assert parameters == ["grad_output", "decays", "output", "initial_state", "axis", "reverse"]
+
+
+def test_import_loads_no_framework_and_no_cupy():
+    code = (
+        "import sys, cuscan\n"
+        "heavy = {'cupy', 'torch', 'jax', 'tensorflow', 'scipy'} & set(sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
