@@ -31,7 +31,7 @@ def main() -> None:
                 continue
             x = rng.standard_normal((length, width))
             a = rng.uniform(0, 1, (length, width))
-            times = {m: best_time(lambda m=m: cuscan.linear_recurrence(a, x, method=m), 3)
+            times = {m: best_time(lambda m=m, a=a, x=x: cuscan.linear_recurrence(a, x, method=m), 3)
                      for m in ("serial", "parallel", "auto")}
             ratio = times["parallel"] / times["serial"]
             auto_parallel = abs(times["auto"] - times["parallel"]) < abs(

@@ -33,8 +33,8 @@ def main() -> None:
         expected = lfilter([1.0], [1.0, -decay], x, axis=axis)
         result = cuscan.linear_recurrence(decay, x, axis=axis)
         np.testing.assert_allclose(result, expected, rtol=1e-9, atol=1e-9)
-        t_lfilter = best_time(lambda: lfilter([1.0], [1.0, -decay], x, axis=axis), 7)
-        t_cuscan = best_time(lambda: cuscan.linear_recurrence(decay, x, axis=axis), 7)
+        t_lfilter = best_time(lambda x=x, k=axis: lfilter([1.0], [1.0, -decay], x, axis=k), 7)
+        t_cuscan = best_time(lambda x=x, k=axis: cuscan.linear_recurrence(decay, x, axis=k), 7)
         rows.append({"case": name, "shape": list(shape), "axis": axis, "dtype": "float64",
                      "lfilter_s": t_lfilter, "cuscan_s": t_cuscan,
                      "ratio": t_cuscan / t_lfilter})
