@@ -225,10 +225,9 @@ def linear_recurrence_vjp(
     state = _state(backend, initial_state, shape, axis)
 
     xp = backend.xp
-    acc = _dtypes.accumulator(dtype)
     grad_impulses = xp.empty(shape, dtype)
-    grad_decays = xp.zeros(shape, acc if decays.shape != shape else dtype)
-    grad_state = None if state is None else xp.zeros(state.shape, acc)
+    grad_decays = xp.empty(shape, dtype)
+    grad_state = None if state is None else xp.empty(state.shape, dtype)
     if shape[axis] > 0:
         views = [xp.broadcast_to(grad_output, shape), xp.broadcast_to(decays, shape),
                  output, grad_decays, grad_impulses]
@@ -237,10 +236,12 @@ def linear_recurrence_vjp(
         go, a, h, ga, gx = views
         backend.backward(go, a, h, state, ga, gx, grad_state, axis)
     else:
-        grad_impulses[...] = 0
-    grad_decays = _sum_to_shape(xp, grad_decays, decays.shape).astype(dtype, copy=False)
+        for grad in (grad_decays, grad_state):
+            if grad is not None:
+                grad[...] = 0
+    grad_decays = _sum_to_shape(xp, grad_decays, decays.shape)
     if grad_state is not None:
-        grad_state = _sum_to_shape(xp, grad_state, initial_state.shape).astype(dtype, copy=False)
+        grad_state = _sum_to_shape(xp, grad_state, initial_state.shape)
     return grad_decays, grad_impulses, grad_state
 
 
@@ -296,11 +297,12 @@ def _state(backend, initial_state, shape: tuple[int, ...], axis: int):
 
 
 def _sum_to_shape(xp, array, shape: tuple[int, ...]):
-    """Sum a broadcast gradient back to the operand's ``shape``."""
+    """Sum a broadcast gradient back to the operand's ``shape``, accumulating as the scan does."""
     if array.shape == shape:
         return array
     lead = array.ndim - len(shape)
     axes = tuple(range(lead)) + tuple(
         lead + i for i, n in enumerate(shape) if n == 1 and array.shape[lead + i] != 1
     )
-    return xp.sum(array, axis=axes, keepdims=True).reshape(shape)
+    total = xp.sum(array, axis=axes, keepdims=True, dtype=_dtypes.accumulator(array.dtype))
+    return total.reshape(shape).astype(array.dtype, copy=False)

@@ -64,11 +64,10 @@ def backward(grad_output, decays, output, initial_state, grad_decays, grad_impul
     scan(np.conj(a[:0:-1]), go[-2::-1], g[-1], g[-2::-1], "auto")
     if g is not gx:
         gx[...] = g
-    np.multiply(np.conj(h0), g[0], out=ga[0], casting="unsafe")
-    np.multiply(np.conj(h[:-1]), g[1:], out=ga[1:], casting="unsafe")
+    ga[0] = np.conj(h0) * g[0]
+    ga[1:] = np.conj(h[:-1]) * g[1:]
     if grad_initial_state is not None:
-        np.multiply(np.conj(a[0]), g[0], out=grad_initial_state.reshape(g.shape[1:]),
-                    casting="unsafe")
+        grad_initial_state[...] = (np.conj(a[0]) * g[0]).reshape(grad_initial_state.shape)
 
 
 def _time_first(view, axis: int):

@@ -4,12 +4,17 @@
 // type S, named through name_expressions. The source includes no header, so it
 // compiles with NVRTC alone.
 //
-// Layout. Every operand is seen as (outer, T, inner) with its own three strides
-// in elements (64-bit, signed: broadcast operands have stride 0, reversed views
-// a negative time stride). A "channel" is one (outer, inner) pair, numbered
-// c = o * inner + i, so that consecutive threads take consecutive inner indices
-// and read coalesced when the channels are contiguous in memory. The initial
-// state is (outer, inner) with two strides; a null pointer means zero.
+// Layout. A problem is T steps times `count` channels; the channels are the
+// axes other than time, merged by the host into at most four dimensions
+// n0 x n1 x n2 x n3 (n3 fastest), c = ((c0 * n1 + c1) * n2 + c2) * n3 + c3.
+// Every operand has its own time stride and four channel strides, in elements
+// (64-bit, signed: broadcast operands have stride 0, reversed views a negative
+// time stride), so broadcast and reversed operands are read in place and both
+// time-contiguous and channel-contiguous layouts need no copy. Consecutive
+// threads take consecutive channels, which read coalesced when the channels are
+// contiguous in memory. The initial state is an operand without time stride; a
+// null pointer means zero. Per-chunk work arrays are contiguous
+// (chunks, count): slot k * count + c.
 //
 // Arithmetic. Values are loaded into the accumulator type A (float for the half
 // types), combined there, and rounded once on store. The combine step of the
@@ -128,30 +133,57 @@ __device__ __forceinline__ bool finite(A v) { return isfinite(v); }
 template <typename T>
 __device__ __forceinline__ bool finite(complex<T> v) { return isfinite(v.re) && isfinite(v.im); }
 
-// An operand seen as (outer, T, inner): base pointer and strides in elements.
+// The channel dimensions of a problem.
+struct channels {
+    index_t n0, n1, n2, n3;
+    __device__ __forceinline__ index_t count() const { return n0 * n1 * n2 * n3; }
+};
+
+// Where one channel starts in an operand with strides (s0, s1, s2, s3).
+struct strides {
+    index_t time, s0, s1, s2, s3;
+    __device__ __forceinline__ index_t offset(const channels& n, index_t c) const {
+        const index_t c3 = c % n.n3;
+        c /= n.n3;
+        const index_t c2 = c % n.n2;
+        c /= n.n2;
+        const index_t c1 = c % n.n1;
+        return (c / n.n1) * s0 + c1 * s1 + c2 * s2 + c3 * s3;
+    }
+};
+
+// One channel of an operand: element t is data[t * time].
 template <typename S>
-struct view {
+struct lane {
     S* data;
-    index_t outer, time, inner;
-    __device__ __forceinline__ S& at(index_t o, index_t t, index_t i) const {
-        return data[o * outer + t * time + i * inner];
-    }
+    index_t time;
+    __device__ __forceinline__ S& operator[](index_t t) const { return data[t * time]; }
 };
 
-// The initial state, (outer, inner); null means zero.
 template <typename S>
-struct state {
-    const S* data;
-    index_t outer, inner;
-    __device__ __forceinline__ typename traits<S>::acc at(index_t o, index_t i) const {
-        typedef typename traits<S>::acc A;
-        return data ? traits<S>::load(data[o * outer + i * inner]) : zero<A>();
-    }
-};
+__device__ __forceinline__ lane<S> channel(S* data, const strides& st, const channels& n,
+                                            index_t c) {
+    return {data + st.offset(n, c), st.time};
+}
 
-#define CUSCAN_GRID_STRIDE(w, count)                                           \
+// The initial state of a channel, in the accumulator type; zero when absent.
+template <typename S>
+__device__ __forceinline__ typename traits<S>::acc initial(const S* data, const strides& st,
+                                                           const channels& n, index_t c) {
+    typedef typename traits<S>::acc A;
+    return data ? traits<S>::load(data[st.offset(n, c)]) : zero<A>();
+}
+
+// Kernel parameters: the channel sizes, and an operand's time and channel strides.
+#define CUSCAN_CHANNELS index_t n0, index_t n1, index_t n2, index_t n3
+#define CUSCAN_STRIDES(x) \
+    index_t x##_t, index_t x##_s0, index_t x##_s1, index_t x##_s2, index_t x##_s3
+#define CUSCAN_MAKE_CHANNELS() const channels n = {n0, n1, n2, n3}
+#define CUSCAN_MAKE_STRIDES(x) const strides x##_st = {x##_t, x##_s0, x##_s1, x##_s2, x##_s3}
+
+#define CUSCAN_GRID_STRIDE(w, total)                                                 \
     for (index_t w = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x; \
-         w < (count); w += static_cast<index_t>(gridDim.x) * blockDim.x)
+         w < (total); w += static_cast<index_t>(gridDim.x) * blockDim.x)
 
 // ---- forward ----------------------------------------------------------------
 
@@ -162,22 +194,23 @@ struct state {
 template <typename S>
 __global__ void linear_recurrence_fwd_serial(
     const S* a_ptr, const S* x_ptr, const S* h0_ptr, S* out_ptr, const int* only,
-    index_t outer, index_t length, index_t inner,
-    index_t a_so, index_t a_st, index_t a_si, index_t x_so, index_t x_st, index_t x_si,
-    index_t h0_so, index_t h0_si, index_t out_so, index_t out_st, index_t out_si) {
+    index_t length, CUSCAN_CHANNELS,
+    CUSCAN_STRIDES(a), CUSCAN_STRIDES(x), CUSCAN_STRIDES(h0), CUSCAN_STRIDES(out)) {
     typedef traits<S> tr;
     typedef typename tr::acc A;
-    const view<const S> a = {a_ptr, a_so, a_st, a_si};
-    const view<const S> x = {x_ptr, x_so, x_st, x_si};
-    const view<S> out = {out_ptr, out_so, out_st, out_si};
-    const state<S> h0 = {h0_ptr, h0_so, h0_si};
-    CUSCAN_GRID_STRIDE(c, outer * inner) {
+    CUSCAN_MAKE_CHANNELS();
+    CUSCAN_MAKE_STRIDES(a);
+    CUSCAN_MAKE_STRIDES(x);
+    CUSCAN_MAKE_STRIDES(h0);
+    CUSCAN_MAKE_STRIDES(out);
+    CUSCAN_GRID_STRIDE(c, n.count()) {
         if (only && !only[c]) continue;
-        const index_t o = c / inner, i = c - o * inner;
-        A h = h0.at(o, i);
+        const lane<const S> a = channel(a_ptr, a_st, n, c), x = channel(x_ptr, x_st, n, c);
+        const lane<S> out = channel(out_ptr, out_st, n, c);
+        A h = initial(h0_ptr, h0_st, n, c);
         for (index_t t = 0; t < length; ++t) {
-            h = tr::load(a.at(o, t, i)) * h + tr::load(x.at(o, t, i));
-            out.at(o, t, i) = tr::store(h);
+            h = tr::load(a[t]) * h + tr::load(x[t]);
+            out[t] = tr::store(h);
         }
     }
 }
@@ -185,60 +218,61 @@ __global__ void linear_recurrence_fwd_serial(
 // linear_recurrence_fwd_reduce: phase 1 of Algorithm 1 (Martin & Cundy 2018).
 // Time is cut into `chunks` chunks of `chunk` steps (the last may be shorter).
 // One thread owns one (channel, chunk) pair and reduces it to P, the product of
-// its decays, and R, its final state from a zero start, written to contiguous
-// (outer, chunks, inner) arrays of the accumulator type.
+// its decays, and R, its final state from a zero start, written to the
+// (chunks, count) work arrays in the accumulator type.
 template <typename S>
 __global__ void linear_recurrence_fwd_reduce(
     const S* a_ptr, const S* x_ptr, typename traits<S>::acc* products,
-    typename traits<S>::acc* reduced,
-    index_t outer, index_t length, index_t inner, index_t chunk, index_t chunks,
-    index_t a_so, index_t a_st, index_t a_si, index_t x_so, index_t x_st, index_t x_si) {
+    typename traits<S>::acc* reduced, index_t length, index_t chunk, index_t chunks,
+    CUSCAN_CHANNELS, CUSCAN_STRIDES(a), CUSCAN_STRIDES(x)) {
     typedef traits<S> tr;
     typedef typename tr::acc A;
-    const view<const S> a = {a_ptr, a_so, a_st, a_si};
-    const view<const S> x = {x_ptr, x_so, x_st, x_si};
-    CUSCAN_GRID_STRIDE(w, outer * inner * chunks) {
-        const index_t c = w % (outer * inner), k = w / (outer * inner);
-        const index_t o = c / inner, i = c - o * inner;
-        const index_t end = min(length, (k + 1) * chunk);
-        A p = tr::load(a.at(o, k * chunk, i));
-        A r = p * zero<A>() + tr::load(x.at(o, k * chunk, i));
-        for (index_t t = k * chunk + 1; t < end; ++t) {
-            const A at = tr::load(a.at(o, t, i));
+    CUSCAN_MAKE_CHANNELS();
+    CUSCAN_MAKE_STRIDES(a);
+    CUSCAN_MAKE_STRIDES(x);
+    const index_t count = n.count();
+    CUSCAN_GRID_STRIDE(w, count * chunks) {
+        const index_t c = w % count, k = w / count;
+        const lane<const S> a = channel(a_ptr, a_st, n, c), x = channel(x_ptr, x_st, n, c);
+        const index_t start = k * chunk, end = min(length, start + chunk);
+        A p = tr::load(a[start]);
+        A r = p * zero<A>() + tr::load(x[start]);
+        for (index_t t = start + 1; t < end; ++t) {
+            const A at = tr::load(a[t]);
             p = p * at;
-            r = at * r + tr::load(x.at(o, t, i));
+            r = at * r + tr::load(x[t]);
         }
-        const index_t slot = (o * chunks + k) * inner + i;
-        products[slot] = p;
-        reduced[slot] = r;
+        products[w] = p;
+        reduced[w] = r;
     }
 }
 
 // linear_recurrence_fwd_rescan: phase 3 of Algorithm 1. One thread owns one
 // (channel, chunk) pair and re-runs the serial recurrence over it from its
-// carry: the initial state for chunk 0, else carries[o, k - 1, i], the state at
-// the end of the previous chunk (contiguous (outer, chunks, inner), type A).
+// carry: the initial state for chunk 0, else carries[k - 1], the state at the
+// end of the previous chunk.
 template <typename S>
 __global__ void linear_recurrence_fwd_rescan(
     const S* a_ptr, const S* x_ptr, const S* h0_ptr, const typename traits<S>::acc* carries,
-    S* out_ptr,
-    index_t outer, index_t length, index_t inner, index_t chunk, index_t chunks,
-    index_t a_so, index_t a_st, index_t a_si, index_t x_so, index_t x_st, index_t x_si,
-    index_t h0_so, index_t h0_si, index_t out_so, index_t out_st, index_t out_si) {
+    S* out_ptr, index_t length, index_t chunk, index_t chunks, CUSCAN_CHANNELS,
+    CUSCAN_STRIDES(a), CUSCAN_STRIDES(x), CUSCAN_STRIDES(h0), CUSCAN_STRIDES(out)) {
     typedef traits<S> tr;
     typedef typename tr::acc A;
-    const view<const S> a = {a_ptr, a_so, a_st, a_si};
-    const view<const S> x = {x_ptr, x_so, x_st, x_si};
-    const view<S> out = {out_ptr, out_so, out_st, out_si};
-    const state<S> h0 = {h0_ptr, h0_so, h0_si};
-    CUSCAN_GRID_STRIDE(w, outer * inner * chunks) {
-        const index_t c = w % (outer * inner), k = w / (outer * inner);
-        const index_t o = c / inner, i = c - o * inner;
-        A h = k == 0 ? h0.at(o, i) : carries[(o * chunks + k - 1) * inner + i];
+    CUSCAN_MAKE_CHANNELS();
+    CUSCAN_MAKE_STRIDES(a);
+    CUSCAN_MAKE_STRIDES(x);
+    CUSCAN_MAKE_STRIDES(h0);
+    CUSCAN_MAKE_STRIDES(out);
+    const index_t count = n.count();
+    CUSCAN_GRID_STRIDE(w, count * chunks) {
+        const index_t c = w % count, k = w / count;
+        const lane<const S> a = channel(a_ptr, a_st, n, c), x = channel(x_ptr, x_st, n, c);
+        const lane<S> out = channel(out_ptr, out_st, n, c);
+        A h = k == 0 ? initial(h0_ptr, h0_st, n, c) : carries[w - count];
         const index_t end = min(length, (k + 1) * chunk);
         for (index_t t = k * chunk; t < end; ++t) {
-            h = tr::load(a.at(o, t, i)) * h + tr::load(x.at(o, t, i));
-            out.at(o, t, i) = tr::store(h);
+            h = tr::load(a[t]) * h + tr::load(x[t]);
+            out[t] = tr::store(h);
         }
     }
 }
@@ -250,13 +284,11 @@ __global__ void linear_recurrence_fwd_rescan(
 // are then re-run serially, so NaN and infinity propagate exactly as serially.
 template <typename A>
 __global__ void linear_recurrence_nonfinite_channels(
-    const A* products, const A* reduced, const A* carries, int* flags,
-    index_t outer, index_t inner, index_t chunks) {
-    CUSCAN_GRID_STRIDE(c, outer * inner) {
-        const index_t o = c / inner, i = c - o * inner;
+    const A* products, const A* reduced, const A* carries, int* flags, index_t count,
+    index_t chunks) {
+    CUSCAN_GRID_STRIDE(c, count) {
         bool ok = true;
-        for (index_t k = 0; k < chunks && ok; ++k) {
-            const index_t slot = (o * chunks + k) * inner + i;
+        for (index_t slot = c; slot < chunks * count && ok; slot += count) {
             ok = finite(products[slot]) && finite(reduced[slot]) && finite(carries[slot]);
         }
         flags[c] = !ok;
@@ -275,113 +307,112 @@ __global__ void linear_recurrence_nonfinite_channels(
 // t = T-1 down to 0, writing g and ga together (and gh0 when non-null).
 template <typename S>
 __global__ void linear_recurrence_bwd_serial(
-    const S* go_ptr, const S* a_ptr, const S* h_ptr, const S* h0_ptr,
-    S* ga_ptr, S* gx_ptr, S* gh0_ptr, const int* only,
-    index_t outer, index_t length, index_t inner,
-    index_t go_so, index_t go_st, index_t go_si, index_t a_so, index_t a_st, index_t a_si,
-    index_t h_so, index_t h_st, index_t h_si, index_t h0_so, index_t h0_si,
-    index_t ga_so, index_t ga_st, index_t ga_si, index_t gx_so, index_t gx_st, index_t gx_si,
-    index_t gh0_so, index_t gh0_si) {
+    const S* go_ptr, const S* a_ptr, const S* h_ptr, const S* h0_ptr, S* ga_ptr, S* gx_ptr,
+    S* gh0_ptr, const int* only, index_t length, CUSCAN_CHANNELS,
+    CUSCAN_STRIDES(go), CUSCAN_STRIDES(a), CUSCAN_STRIDES(h), CUSCAN_STRIDES(h0),
+    CUSCAN_STRIDES(ga), CUSCAN_STRIDES(gx), CUSCAN_STRIDES(gh0)) {
     typedef traits<S> tr;
     typedef typename tr::acc A;
-    const view<const S> go = {go_ptr, go_so, go_st, go_si};
-    const view<const S> a = {a_ptr, a_so, a_st, a_si};
-    const view<const S> h = {h_ptr, h_so, h_st, h_si};
-    const view<S> ga = {ga_ptr, ga_so, ga_st, ga_si};
-    const view<S> gx = {gx_ptr, gx_so, gx_st, gx_si};
-    const state<S> h0 = {h0_ptr, h0_so, h0_si};
-    CUSCAN_GRID_STRIDE(c, outer * inner) {
+    CUSCAN_MAKE_CHANNELS();
+    CUSCAN_MAKE_STRIDES(go);
+    CUSCAN_MAKE_STRIDES(a);
+    CUSCAN_MAKE_STRIDES(h);
+    CUSCAN_MAKE_STRIDES(h0);
+    CUSCAN_MAKE_STRIDES(ga);
+    CUSCAN_MAKE_STRIDES(gx);
+    CUSCAN_MAKE_STRIDES(gh0);
+    CUSCAN_GRID_STRIDE(c, n.count()) {
         if (only && !only[c]) continue;
-        const index_t o = c / inner, i = c - o * inner;
-        A g = tr::load(go.at(o, length - 1, i));
+        const lane<const S> go = channel(go_ptr, go_st, n, c), a = channel(a_ptr, a_st, n, c);
+        const lane<const S> h = channel(h_ptr, h_st, n, c);
+        const lane<S> ga = channel(ga_ptr, ga_st, n, c), gx = channel(gx_ptr, gx_st, n, c);
+        const A first = initial(h0_ptr, h0_st, n, c);
+        A g = tr::load(go[length - 1]);
         for (index_t t = length - 1;; --t) {
-            gx.at(o, t, i) = tr::store(g);
-            const A previous = t > 0 ? tr::load(h.at(o, t - 1, i)) : h0.at(o, i);
-            ga.at(o, t, i) = tr::store(conj(previous) * g);
+            gx[t] = tr::store(g);
+            ga[t] = tr::store(conj(t > 0 ? tr::load(h[t - 1]) : first) * g);
             if (t == 0) break;
-            g = conj(tr::load(a.at(o, t, i))) * g + tr::load(go.at(o, t - 1, i));
+            g = conj(tr::load(a[t])) * g + tr::load(go[t - 1]);
         }
-        if (gh0_ptr) gh0_ptr[o * gh0_so + i * gh0_si] = tr::store(conj(tr::load(a.at(o, 0, i))) * g);
+        if (gh0_ptr) gh0_ptr[gh0_st.offset(n, c)] = tr::store(conj(tr::load(a[0])) * g);
     }
 }
 
 // linear_recurrence_bwd_reduce: phase 1 in reverse time. One thread owns one
 // (channel, chunk) pair and reduces the map from g[end] (the gradient just after
 // the chunk) to g[start]: P = prod conj(a[t+1]) and R = g[start] from a zero
-// g[end]. The last chunk has no g[T]: its P is never used and R starts at go[T-1].
+// g[end]. The last chunk has no g[T]: its P is zero and R starts at go[T-1].
 template <typename S>
 __global__ void linear_recurrence_bwd_reduce(
     const S* go_ptr, const S* a_ptr, typename traits<S>::acc* products,
-    typename traits<S>::acc* reduced,
-    index_t outer, index_t length, index_t inner, index_t chunk, index_t chunks,
-    index_t go_so, index_t go_st, index_t go_si, index_t a_so, index_t a_st, index_t a_si) {
+    typename traits<S>::acc* reduced, index_t length, index_t chunk, index_t chunks,
+    CUSCAN_CHANNELS, CUSCAN_STRIDES(go), CUSCAN_STRIDES(a)) {
     typedef traits<S> tr;
     typedef typename tr::acc A;
-    const view<const S> go = {go_ptr, go_so, go_st, go_si};
-    const view<const S> a = {a_ptr, a_so, a_st, a_si};
-    CUSCAN_GRID_STRIDE(w, outer * inner * chunks) {
-        const index_t c = w % (outer * inner), k = w / (outer * inner);
-        const index_t o = c / inner, i = c - o * inner;
+    CUSCAN_MAKE_CHANNELS();
+    CUSCAN_MAKE_STRIDES(go);
+    CUSCAN_MAKE_STRIDES(a);
+    const index_t count = n.count();
+    CUSCAN_GRID_STRIDE(w, count * chunks) {
+        const index_t c = w % count, k = w / count;
+        const lane<const S> go = channel(go_ptr, go_st, n, c), a = channel(a_ptr, a_st, n, c);
         const index_t start = k * chunk, end = min(length, start + chunk);
         A p, g;
         if (end < length) {
-            p = conj(tr::load(a.at(o, end, i)));
-            g = p * zero<A>() + tr::load(go.at(o, end - 1, i));
+            p = conj(tr::load(a[end]));
+            g = p * zero<A>() + tr::load(go[end - 1]);
         } else {
             p = zero<A>();
-            g = tr::load(go.at(o, end - 1, i));
+            g = tr::load(go[end - 1]);
         }
         for (index_t t = end - 2; t >= start; --t) {
-            const A at = conj(tr::load(a.at(o, t + 1, i)));
+            const A at = conj(tr::load(a[t + 1]));
             p = p * at;
-            g = at * g + tr::load(go.at(o, t, i));
+            g = at * g + tr::load(go[t]);
         }
-        const index_t slot = (o * chunks + k) * inner + i;
-        products[slot] = p;
-        reduced[slot] = g;
+        products[w] = p;
+        reduced[w] = g;
     }
 }
 
 // linear_recurrence_bwd_rescan: phase 3 in reverse time. One thread owns one
-// (channel, chunk) pair, starts from g[end] = starts[o, k + 1, i] (the gradient
-// at the start of the next chunk; none for the last chunk), and writes g and ga
-// for its chunk, and gh0 from chunk 0. `starts` is contiguous
-// (outer, chunks, inner) of type A.
+// (channel, chunk) pair, starts from g[end] = starts[k + 1] (the gradient at the
+// start of the next chunk; none for the last chunk), and writes g and ga for its
+// chunk, and gh0 from chunk 0.
 template <typename S>
 __global__ void linear_recurrence_bwd_rescan(
     const S* go_ptr, const S* a_ptr, const S* h_ptr, const S* h0_ptr,
     const typename traits<S>::acc* starts, S* ga_ptr, S* gx_ptr, S* gh0_ptr,
-    index_t outer, index_t length, index_t inner, index_t chunk, index_t chunks,
-    index_t go_so, index_t go_st, index_t go_si, index_t a_so, index_t a_st, index_t a_si,
-    index_t h_so, index_t h_st, index_t h_si, index_t h0_so, index_t h0_si,
-    index_t ga_so, index_t ga_st, index_t ga_si, index_t gx_so, index_t gx_st, index_t gx_si,
-    index_t gh0_so, index_t gh0_si) {
+    index_t length, index_t chunk, index_t chunks, CUSCAN_CHANNELS,
+    CUSCAN_STRIDES(go), CUSCAN_STRIDES(a), CUSCAN_STRIDES(h), CUSCAN_STRIDES(h0),
+    CUSCAN_STRIDES(ga), CUSCAN_STRIDES(gx), CUSCAN_STRIDES(gh0)) {
     typedef traits<S> tr;
     typedef typename tr::acc A;
-    const view<const S> go = {go_ptr, go_so, go_st, go_si};
-    const view<const S> a = {a_ptr, a_so, a_st, a_si};
-    const view<const S> h = {h_ptr, h_so, h_st, h_si};
-    const view<S> ga = {ga_ptr, ga_so, ga_st, ga_si};
-    const view<S> gx = {gx_ptr, gx_so, gx_st, gx_si};
-    const state<S> h0 = {h0_ptr, h0_so, h0_si};
-    CUSCAN_GRID_STRIDE(w, outer * inner * chunks) {
-        const index_t c = w % (outer * inner), k = w / (outer * inner);
-        const index_t o = c / inner, i = c - o * inner;
+    CUSCAN_MAKE_CHANNELS();
+    CUSCAN_MAKE_STRIDES(go);
+    CUSCAN_MAKE_STRIDES(a);
+    CUSCAN_MAKE_STRIDES(h);
+    CUSCAN_MAKE_STRIDES(h0);
+    CUSCAN_MAKE_STRIDES(ga);
+    CUSCAN_MAKE_STRIDES(gx);
+    CUSCAN_MAKE_STRIDES(gh0);
+    const index_t count = n.count();
+    CUSCAN_GRID_STRIDE(w, count * chunks) {
+        const index_t c = w % count, k = w / count;
+        const lane<const S> go = channel(go_ptr, go_st, n, c), a = channel(a_ptr, a_st, n, c);
+        const lane<const S> h = channel(h_ptr, h_st, n, c);
+        const lane<S> ga = channel(ga_ptr, ga_st, n, c), gx = channel(gx_ptr, gx_st, n, c);
         const index_t start = k * chunk, end = min(length, start + chunk);
-        A g = tr::load(go.at(o, end - 1, i));
-        if (end < length) {
-            g = conj(tr::load(a.at(o, end, i))) * starts[(o * chunks + k + 1) * inner + i] + g;
-        }
+        A g = tr::load(go[end - 1]);
+        if (end < length) g = conj(tr::load(a[end])) * starts[w + count] + g;
         for (index_t t = end - 1;; --t) {
-            gx.at(o, t, i) = tr::store(g);
-            const A previous = t > 0 ? tr::load(h.at(o, t - 1, i)) : h0.at(o, i);
-            ga.at(o, t, i) = tr::store(conj(previous) * g);
+            gx[t] = tr::store(g);
+            const A previous = t > 0 ? tr::load(h[t - 1]) : initial(h0_ptr, h0_st, n, c);
+            ga[t] = tr::store(conj(previous) * g);
             if (t == start) break;
-            g = conj(tr::load(a.at(o, t, i))) * g + tr::load(go.at(o, t - 1, i));
+            g = conj(tr::load(a[t])) * g + tr::load(go[t - 1]);
         }
-        if (k == 0 && gh0_ptr) {
-            gh0_ptr[o * gh0_so + i * gh0_si] = tr::store(conj(tr::load(a.at(o, 0, i))) * g);
-        }
+        if (k == 0 && gh0_ptr) gh0_ptr[gh0_st.offset(n, c)] = tr::store(conj(tr::load(a[0])) * g);
     }
 }
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
 
-from cuscan import _dtypes
+from cuscan import _dtypes, _numpy_backend
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 DTYPES = _dtypes.SUPPORTED_NAMES
@@ -54,11 +56,28 @@ def _gpu_available() -> bool:
         return False
 
 
-@pytest.fixture(params=["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
-def backend(request) -> Backend:
-    if request.param == "cupy" and not _gpu_available():
-        pytest.skip("needs CuPy and a CUDA GPU")
-    return Backend(request.param)
+@functools.cache
+def _host_kernels():
+    from tests import kernel_host
+
+    return kernel_host.backend(kernel_host.build())
+
+
+@pytest.fixture(params=["numpy", "host-kernels", pytest.param("cupy", marks=pytest.mark.gpu)])
+def backend(request, monkeypatch) -> Backend:
+    """Each backend in turn. "host-kernels" runs the CUDA kernels, compiled for the
+    CPU, through the GPU backend's launch plan on NumPy arrays."""
+    if request.param == "cupy":
+        if not _gpu_available():
+            pytest.skip("needs CuPy and a CUDA GPU")
+        return Backend("cupy")
+    if request.param == "host-kernels":
+        if not (IN_CI or shutil.which("g++")):
+            pytest.skip("needs g++ to compile the kernels for the host")
+        kernels = _host_kernels()
+        monkeypatch.setattr(_numpy_backend, "forward", kernels.forward)
+        monkeypatch.setattr(_numpy_backend, "backward", kernels.backward)
+    return Backend("numpy")
 
 
 def tolerance(dtype, length: int) -> float:

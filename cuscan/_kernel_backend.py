@@ -1,0 +1,246 @@
+"""Drives the CUDA kernels: layouts, chunking and the recursive carry scan.
+
+Independent of CuPy: an array module and a kernel launcher are passed in, so
+the same plan runs on the GPU (``_cupy_backend``) and, in the test suite, on
+the kernels compiled for the host.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from cuscan import _dtypes
+
+CHANNEL_DIMS = 4  # channel dimensions the kernels index (kernels/linear_recurrence.cu)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """An array and its strides in elements: time first, then one per channel dimension."""
+
+    array: object
+    strides: tuple[int, ...]
+
+
+def _merge(sizes: Sequence[int], strides: Sequence[Sequence[int]]):
+    """Merge adjacent channel dimensions that every operand steps through evenly.
+
+    ``strides[k][d]`` is operand k's stride along dimension d. Returns the
+    merged sizes and each operand's merged strides, innermost dimension last.
+    """
+    merged: list[tuple[int, list[int]]] = []  # innermost first
+    for d in reversed(range(len(sizes))):
+        if sizes[d] == 1:
+            continue
+        column = [s[d] for s in strides]
+        if merged:
+            size, inner = merged[-1]
+            if all(c == i * size for c, i in zip(column, inner, strict=True)):
+                merged[-1] = (size * sizes[d], inner)
+                continue
+        merged.append((sizes[d], column))
+    merged.reverse()
+    return [m[0] for m in merged], [[m[1][k] for m in merged] for k in range(len(strides))]
+
+
+class KernelBackend:
+    """Runs linear recurrences with the kernels of kernels/linear_recurrence.cu.
+
+    Parameters
+    ----------
+    xp : module
+        The array module of the operands (CuPy, or NumPy on the host).
+    launch : callable
+        ``launch(kernel, dtype, work_items, *args)`` runs a kernel over
+        ``work_items`` threads; arrays pass as pointers to their first element,
+        None as a null pointer and ints as 64-bit integers.
+    target_threads : int
+        How many (channel, chunk) threads the chunked kernels aim for.
+    min_chunk : int
+        The shortest chunk.
+    min_parallel_length, max_parallel_channels : int
+        ``method="auto"`` runs the chunked kernels on sequences at least this
+        long with fewer channels than this, and the serial kernel otherwise.
+    """
+
+    def __init__(self, xp, launch: Callable[..., None], *, target_threads: int = 1 << 17,
+                 min_chunk: int = 16, min_parallel_length: int = 256,
+                 max_parallel_channels: int = 1 << 16):
+        self.xp = xp
+        self.launch = launch
+        self.target_threads = target_threads
+        self.min_chunk = min_chunk
+        self.min_parallel_length = min_parallel_length
+        self.max_parallel_channels = max_parallel_channels
+
+    # ---- entry points, as every backend has them --------------------------
+
+    def forward(self, decays, impulses, initial_state, out, axis: int, method: str) -> None:
+        """Compute ``out[t] = decays[t] * out[t-1] + impulses[t]`` along ``axis``."""
+        if out.size == 0:
+            return
+        sizes, (a, x, h0, o) = self._layout(axis, [decays, impulses, initial_state, out],
+                                            outputs=1)
+        self._forward(a, x, h0, o, out.shape[axis], sizes, out.dtype, method)
+
+    def backward(self, grad_output, decays, output, initial_state, grad_decays, grad_impulses,
+                 grad_initial_state, axis: int) -> None:
+        """The vector-Jacobian product, written into the three ``grad_*`` buffers."""
+        if grad_impulses.size == 0:
+            if grad_initial_state is not None:
+                grad_initial_state[...] = 0
+            return
+        sizes, (go, a, h, h0, ga, gx, gh0) = self._layout(
+            axis, [grad_output, decays, output, initial_state, grad_decays, grad_impulses,
+                   grad_initial_state], outputs=3)
+        length, dtype = output.shape[axis], grad_impulses.dtype
+        if self._parallel(length, math.prod(sizes), "auto"):
+            self._backward_chunked(go, a, h, h0, ga, gx, gh0, length, sizes, dtype)
+        else:
+            self.launch("linear_recurrence_bwd_serial", dtype, math.prod(sizes),
+                        *_pointers(go, a, h, h0, ga, gx, gh0), None, length, *sizes,
+                        *_strides(go, a, h, h0, ga, gx, gh0))
+
+    # ---- layouts -----------------------------------------------------------
+
+    def _layout(self, axis: int, arrays: list, outputs: int):
+        """Channel sizes and one Operand per array (None stays None).
+
+        ``arrays`` hold full-shape views, or state views (the shape without
+        ``axis``) that have one dimension fewer; the last ``outputs`` are
+        written. Channel dimensions are merged across all operands; only if more
+        than four remain are the inputs copied to contiguous memory.
+        """
+        full = max(a.ndim for a in arrays if a is not None)
+        for attempt in range(2):
+            present, strides = [], []
+            for array in arrays:
+                if array is None:
+                    continue
+                elements = self._elements(array)
+                if array.ndim == full:
+                    time = elements[axis]
+                    channel = elements[:axis] + elements[axis + 1:]
+                else:
+                    time, channel = 0, elements
+                present.append((array, time))
+                strides.append(channel)
+            reference = next(a for a in arrays if a is not None and a.ndim == full)
+            shape = reference.shape[:axis] + reference.shape[axis + 1:]
+            sizes, merged = _merge(shape, strides)
+            if len(sizes) <= CHANNEL_DIMS:
+                break
+            if attempt:
+                raise RuntimeError(f"cannot lay out {shape} in {CHANNEL_DIMS} dimensions")
+            inputs = len(arrays) - outputs
+            arrays = [None if a is None else self.xp.ascontiguousarray(a) if k < inputs else a
+                      for k, a in enumerate(arrays)]
+        pad = CHANNEL_DIMS - len(sizes)
+        sizes = [1] * pad + sizes
+        operands = iter(Operand(array, (time, *[0] * pad, *channel))
+                        for (array, time), channel in zip(present, merged, strict=True))
+        return sizes, [None if a is None else next(operands) for a in arrays]
+
+    @staticmethod
+    def _elements(array) -> list[int]:
+        itemsize = array.dtype.itemsize
+        if any(s % itemsize for s in array.strides):  # pragma: no cover - not from NumPy/CuPy
+            raise ValueError("strides must be whole elements")
+        return [s // itemsize for s in array.strides]
+
+    def _scratch(self, chunks: int, sizes: list[int], dtype) -> Operand:
+        """A contiguous (chunks, channels) work array."""
+        count = math.prod(sizes)
+        contiguous = [math.prod(sizes[d + 1:]) for d in range(CHANNEL_DIMS)]
+        return Operand(self.xp.empty((chunks, count), dtype), (count, *contiguous))
+
+    @staticmethod
+    def _reversed(scratch: Operand) -> Operand:
+        return Operand(scratch.array[::-1], (-scratch.strides[0], *scratch.strides[1:]))
+
+    def _as(self, state: Operand | None, sizes: list[int], dtype) -> Operand | None:
+        """A state in ``dtype`` (the accumulator), copied only if it is not already."""
+        if state is None or state.array.dtype == dtype:
+            return state
+        itemsize = state.array.dtype.itemsize
+        view = self.xp.lib.stride_tricks.as_strided(
+            state.array, shape=tuple(sizes), strides=tuple(s * itemsize for s in state.strides[1:]))
+        contiguous = [math.prod(sizes[d + 1:]) for d in range(CHANNEL_DIMS)]
+        return Operand(self.xp.ascontiguousarray(view, dtype=dtype), (0, *contiguous))
+
+    # ---- the plan ------------------------------------------------------------
+
+    def _parallel(self, length: int, channels: int, method: str) -> bool:
+        if method == "auto":
+            return (length >= self.min_parallel_length
+                    and channels < self.max_parallel_channels)
+        return method == "parallel" and length > 1
+
+    def _chunking(self, length: int, channels: int) -> tuple[int, int]:
+        chunk = max(self.min_chunk, -(-length * channels // self.target_threads))
+        chunk = min(chunk, length)
+        return chunk, -(-length // chunk)
+
+    def _forward(self, a, x, h0, out, length, sizes, dtype, method) -> None:
+        count = math.prod(sizes)
+        if not self._parallel(length, count, method):
+            self.launch("linear_recurrence_fwd_serial", dtype, count, *_pointers(a, x, h0, out),
+                        None, length, *sizes, *_strides(a, x, h0, out))
+            return
+        acc = _dtypes.accumulator(dtype)
+        chunk, chunks = self._chunking(length, count)
+        products, reduced, carries = (self._scratch(chunks, sizes, acc) for _ in range(3))
+        self.launch("linear_recurrence_fwd_reduce", dtype, count * chunks, a.array, x.array,
+                    products.array, reduced.array, length, chunk, chunks, *sizes,
+                    *_strides(a, x))
+        # carries[k]: the state at the end of chunk k, by the same algorithm.
+        self._forward(products, reduced, self._as(h0, sizes, acc), carries, chunks, sizes, acc,
+                      "auto")
+        self.launch("linear_recurrence_fwd_rescan", dtype, count * chunks, a.array, x.array,
+                    _pointer(h0), carries.array, out.array, length, chunk, chunks, *sizes,
+                    *_strides(a, x, h0, out))
+        flags = self._nonfinite(products, reduced, carries, count, chunks, acc)
+        self.launch("linear_recurrence_fwd_serial", dtype, count, *_pointers(a, x, h0, out),
+                    flags, length, *sizes, *_strides(a, x, h0, out))
+
+    def _backward_chunked(self, go, a, h, h0, ga, gx, gh0, length, sizes, dtype) -> None:
+        count = math.prod(sizes)
+        acc = _dtypes.accumulator(dtype)
+        chunk, chunks = self._chunking(length, count)
+        products, reduced, starts = (self._scratch(chunks, sizes, acc) for _ in range(3))
+        self.launch("linear_recurrence_bwd_reduce", dtype, count * chunks, go.array, a.array,
+                    products.array, reduced.array, length, chunk, chunks, *sizes,
+                    *_strides(go, a))
+        # starts[k] = products[k] * starts[k + 1] + reduced[k]: the gradient at
+        # the start of chunk k, a forward scan over the chunks read backwards.
+        self._forward(self._reversed(products), self._reversed(reduced), None,
+                      self._reversed(starts), chunks, sizes, acc, "auto")
+        self.launch("linear_recurrence_bwd_rescan", dtype, count * chunks, go.array, a.array,
+                    h.array, _pointer(h0), starts.array, ga.array, gx.array, _pointer(gh0),
+                    length, chunk, chunks, *sizes, *_strides(go, a, h, h0, ga, gx, gh0))
+        flags = self._nonfinite(products, reduced, starts, count, chunks, acc)
+        self.launch("linear_recurrence_bwd_serial", dtype, count,
+                    *_pointers(go, a, h, h0, ga, gx, gh0), flags, length, *sizes,
+                    *_strides(go, a, h, h0, ga, gx, gh0))
+
+    def _nonfinite(self, products, reduced, carries, count, chunks, acc):
+        flags = self.xp.empty(count, np.int32)
+        self.launch("linear_recurrence_nonfinite_channels", acc, count, products.array,
+                    reduced.array, carries.array, flags, count, chunks)
+        return flags
+
+
+def _pointer(operand: Operand | None):
+    return None if operand is None else operand.array
+
+
+def _pointers(*operands: Operand | None) -> list:
+    return [_pointer(op) for op in operands]
+
+
+def _strides(*operands: Operand | None) -> list[int]:
+    return [s for op in operands for s in (op.strides if op else (0,) * (1 + CHANNEL_DIMS))]

@@ -1,0 +1,72 @@
+"""The one kernel loader: CUDA sources as package resources, compiled lazily by NVRTC."""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from cuscan import _dtypes
+
+SOURCE = "linear_recurrence.cu"
+
+# Kernels templated on the storage type, then on the accumulator type.
+STORAGE_KERNELS = (
+    "linear_recurrence_fwd_serial",
+    "linear_recurrence_fwd_reduce",
+    "linear_recurrence_fwd_rescan",
+    "linear_recurrence_bwd_serial",
+    "linear_recurrence_bwd_reduce",
+    "linear_recurrence_bwd_rescan",
+)
+ACCUMULATOR_KERNELS = ("linear_recurrence_nonfinite_channels",)
+
+# NVRTC options, shared by the loader and the compile check in the test suite.
+COMPILE_OPTIONS = ("--std=c++17",)
+
+
+def source() -> str:
+    """The kernel source: inside the installed package, or beside it in a checkout."""
+    packaged = resources.files("cuscan").joinpath("kernels", SOURCE)
+    if packaged.is_file():
+        return packaged.read_text()
+    return (Path(__file__).resolve().parents[1] / "kernels" / SOURCE).read_text()
+
+
+def name_expression(kernel: str, dtype: np.dtype) -> str:
+    """The C++ name of ``kernel`` instantiated for results of ``dtype``."""
+    row = _dtypes.info(dtype)
+    argument = row.cuda_accumulator if kernel in ACCUMULATOR_KERNELS else row.cuda_storage
+    return f"cuscan::{kernel}<{argument}>"
+
+
+def name_expressions(dtype: np.dtype) -> list[str]:
+    """Every instantiation one dtype needs."""
+    return [name_expression(k, dtype) for k in STORAGE_KERNELS + ACCUMULATOR_KERNELS]
+
+
+@functools.cache
+def _module(device: int, dtype_name: str):
+    import cupy
+
+    with cupy.cuda.Device(device):
+        return cupy.RawModule(code=source(), options=COMPILE_OPTIONS,
+                              name_expressions=name_expressions(np.dtype(_dtype(dtype_name))))
+
+
+def _dtype(name: str):
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return name
+
+
+def function(kernel: str, dtype: np.dtype):
+    """The compiled ``kernel`` for ``dtype`` on the current device (built on first use)."""
+    import cupy
+
+    device = cupy.cuda.runtime.getDevice()
+    return _module(device, np.dtype(dtype).name).get_function(name_expression(kernel, dtype))

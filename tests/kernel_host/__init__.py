@@ -1,0 +1,66 @@
+"""The CUDA kernels compiled for the CPU, behind the same launch plan as on the GPU."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from cuscan import _kernels
+from cuscan._kernel_backend import KernelBackend
+
+HERE = Path(__file__).resolve().parent
+KERNELS = HERE.parents[1] / "kernels"
+
+
+def build() -> ctypes.CDLL:
+    """Compile host.cpp with the kernel source (cached by content) and load it."""
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        raise RuntimeError("compiling the kernels for the host needs g++")
+    source = (HERE / "host.cpp").read_bytes() + _kernels.source().encode()
+    digest = hashlib.sha256(source).hexdigest()[:16]
+    library = Path(tempfile.gettempdir()) / f"cuscan-kernel-host-{digest}.so"
+    if not library.exists():
+        scratch = library.with_suffix(f".{id(source)}.tmp")
+        subprocess.run([compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-fno-fast-math",
+                        "-ffp-contract=off", "-I", str(KERNELS), str(HERE / "host.cpp"),
+                        "-o", str(scratch)], check=True, capture_output=True, text=True)
+        scratch.replace(library)
+    return ctypes.CDLL(str(library))
+
+
+def _argument(value):
+    if value is None:
+        return ctypes.c_void_p(0)
+    if isinstance(value, np.ndarray):
+        return ctypes.c_void_p(value.ctypes.data)
+    return ctypes.c_longlong(value)
+
+
+class HostKernels:
+    """A launcher with the signature KernelBackend expects."""
+
+    def __init__(self, library: ctypes.CDLL):
+        self.library = library
+        self.launches: list[str] = []
+
+    def __call__(self, kernel: str, dtype, work: int, *args) -> None:
+        self.launches.append(kernel)
+        if work == 0:
+            return
+        values = [_argument(a) for a in args]
+        pointers = (ctypes.c_void_p * len(values))(
+            *(ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values))
+        getattr(self.library, f"{kernel}_{np.dtype(dtype).name}")(pointers)
+
+
+def backend(library: ctypes.CDLL) -> KernelBackend:
+    """The kernel backend on NumPy arrays, chunking even short sequences."""
+    return KernelBackend(np, HostKernels(library), target_threads=64, min_chunk=3,
+                         min_parallel_length=8)

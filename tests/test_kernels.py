@@ -1,0 +1,127 @@
+"""The CUDA kernels: NVRTC compilation for real GPUs, the launch plan, packaging."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+import cuscan
+from cuscan import _dtypes, _kernels
+from cuscan._kernel_backend import KernelBackend, _merge
+from tests.conftest import require
+
+ARCHITECTURES = ["sm_80", "sm_90"]
+
+
+def _nvrtc_compile(architecture: str, dtype_name: str) -> tuple[str, dict[str, bytes]]:
+    """Compile the kernel source for ``architecture`` with every instantiation of a dtype."""
+    nvrtc = require("cuda.bindings.nvrtc")
+
+    def check(result):
+        status, *values = result
+        assert status == nvrtc.nvrtcResult.NVRTC_SUCCESS, status
+        return values[0] if values else None
+
+    dtype = np.dtype(require("ml_dtypes").bfloat16) if dtype_name == "bfloat16" else dtype_name
+    names = _kernels.name_expressions(np.dtype(dtype))
+    program = check(nvrtc.nvrtcCreateProgram(_kernels.source().encode(),
+                                             _kernels.SOURCE.encode(), 0, [], []))
+    try:
+        for name in names:
+            check(nvrtc.nvrtcAddNameExpression(program, name.encode()))
+        options = [o.encode() for o in _kernels.COMPILE_OPTIONS] + [
+            f"--gpu-architecture={architecture}".encode(), b"--ptxas-options=-v"]
+        status = nvrtc.nvrtcCompileProgram(program, len(options), options)[0]
+        log = b" " * check(nvrtc.nvrtcGetProgramLogSize(program))
+        check(nvrtc.nvrtcGetProgramLog(program, log))
+        log = log.decode(errors="replace").rstrip("\x00 ")
+        assert status == nvrtc.nvrtcResult.NVRTC_SUCCESS, log
+        lowered = {name: check(nvrtc.nvrtcGetLoweredName(program, name.encode()))
+                   for name in names}
+        check(nvrtc.nvrtcGetCUBINSize(program))
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    return log, lowered
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("dtype_name", _dtypes.SUPPORTED_NAMES)
+def test_every_kernel_compiles_without_spills(architecture, dtype_name):
+    log, lowered = _nvrtc_compile(architecture, dtype_name)
+    assert len(lowered) == len(_kernels.STORAGE_KERNELS) + len(_kernels.ACCUMULATOR_KERNELS)
+    compiled = re.findall(r"Compiling entry function '(\w+)'", log)
+    assert set(compiled) == {name.decode() for name in lowered.values()}, log
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert spills, log
+    assert all(stores == "0" and loads == "0" for stores, loads in spills), log
+    stacks = re.findall(r"(\d+) bytes stack frame", log)
+    assert all(size == "0" for size in stacks), log
+
+
+def test_merge_channel_dimensions():
+    # (sizes, strides per operand) -> merged sizes and strides
+    assert _merge((3, 4), [(4, 1), (0, 0)]) == ([12], [[1], [0]])
+    assert _merge((3, 4), [(4, 1), (0, 1)]) == ([3, 4], [[4, 1], [0, 1]])
+    assert _merge((3, 1, 4), [(8, 99, 2)]) == ([12], [[2]])
+    assert _merge((1, 1), [(5, 7)]) == ([], [[]])
+
+
+def test_broadcast_operands_are_read_in_place():
+    backend = KernelBackend(np, launch=None)
+    decays = np.arange(4.0)
+    impulses = np.ones((7, 3, 4))
+    view = np.broadcast_to(decays, impulses.shape)
+    sizes, (a, x, _) = backend._layout(0, [view, impulses, np.empty_like(impulses)], 1)
+    assert sizes == [1, 1, 3, 4]
+    assert np.shares_memory(a.array, decays)
+    assert a.strides == (0, 0, 0, 0, 1)
+    assert x.strides == (12, 0, 0, 4, 1)
+    reversed_view = np.flip(np.ones((5, 6)), 1)
+    sizes, (operand,) = backend._layout(1, [reversed_view], 0)
+    assert sizes == [1, 1, 1, 5]
+    assert operand.strides == (-1, 0, 0, 0, 6)
+
+
+def test_layouts_beyond_four_channel_dimensions_copy_inputs_only():
+    backend = KernelBackend(np, launch=None)
+    base = np.ones((2,) * 6 + (5,)).transpose(5, 4, 3, 2, 1, 0, 6)  # no two axes merge
+    out = np.empty(base.shape)
+    sizes, (x, o) = backend._layout(6, [base, out], 1)
+    assert math.prod(sizes) == base.size // 5
+    assert not np.shares_memory(x.array, base)
+    assert o.array is out
+
+
+def test_host_kernels_run_the_chunked_plan(monkeypatch):
+    from tests import kernel_host
+
+    launcher = kernel_host.HostKernels(kernel_host.build())
+    backend = kernel_host.KernelBackend(np, launcher, target_threads=64, min_chunk=3,
+                                        min_parallel_length=8)
+    monkeypatch.setattr(cuscan._numpy_backend, "forward", backend.forward)
+    monkeypatch.setattr(cuscan._numpy_backend, "backward", backend.backward)
+    rng = np.random.default_rng(0)
+    decays, impulses = rng.uniform(0, 1, (2, 500, 3)), rng.standard_normal((2, 500, 3))
+    h = cuscan.linear_recurrence(decays, impulses, axis=1, method="parallel")
+    assert launcher.launches.count("linear_recurrence_fwd_reduce") >= 2  # carries recurse
+    assert "linear_recurrence_fwd_rescan" in launcher.launches
+    assert "linear_recurrence_nonfinite_channels" in launcher.launches
+    launcher.launches.clear()
+    cuscan.linear_recurrence_vjp(np.ones_like(h), decays, h, axis=1)
+    assert "linear_recurrence_bwd_reduce" in launcher.launches
+    assert "linear_recurrence_bwd_rescan" in launcher.launches
+
+
+def test_kernel_source_ships_in_the_wheel(tmp_path):
+    root = _kernels.Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w",
+                    str(tmp_path), str(root)], check=True)
+    (wheel,) = tmp_path.glob("cuscan-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert f"cuscan/kernels/{_kernels.SOURCE}" in names
