@@ -5,14 +5,16 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
+import numpy as np
+
 _PYTHON_SCALARS = (bool, int, float, complex)
 # Top-level module of an array type -> the backend module that serves it.
 _BACKENDS = {"numpy": "cuscan._numpy_backend", "cupy": "cuscan._cupy_backend"}
 
 
 def library(value: object) -> str | None:
-    """The library an operand belongs to; None for Python scalars and sequences."""
-    if value is None or isinstance(value, (*_PYTHON_SCALARS, list, tuple)):
+    """The library an operand belongs to; None for scalars (Python's and NumPy's) and sequences."""
+    if value is None or isinstance(value, (*_PYTHON_SCALARS, np.generic, list, tuple)):
         return None
     return type(value).__module__.partition(".")[0]
 
