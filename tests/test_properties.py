@@ -38,14 +38,19 @@ def problems(draw):
     }
 
 
-@SETTINGS
-@hypothesis.given(problem=problems())
-def test_matches_reference(backend, problem):
+def arrays(problem):
+    """Random decays, impulses and initial state (or None) for a drawn problem, and the kwargs."""
     rng = np.random.default_rng(problem["seed"])
     decays = rng.uniform(-1, 1, problem["shapes"][0])
     impulses = rng.standard_normal(problem["shapes"][1])
     state = None if problem["state_shape"] is None else rng.standard_normal(problem["state_shape"])
-    kwargs = {"axis": problem["axis"], "reverse": problem["reverse"]}
+    return decays, impulses, state, {"axis": problem["axis"], "reverse": problem["reverse"]}
+
+
+@SETTINGS
+@hypothesis.given(problem=problems())
+def test_matches_reference(backend, problem):
+    decays, impulses, state, kwargs = arrays(problem)
     result = cuscan.linear_recurrence(*(None if v is None else backend.asarray(v)
                                         for v in (decays, impulses, state)),
                                       method=problem["method"], **kwargs)
@@ -60,11 +65,7 @@ def test_matches_reference(backend, problem):
 @SETTINGS
 @hypothesis.given(problem=problems())
 def test_vjp_shapes_follow_the_operands(backend, problem):
-    rng = np.random.default_rng(problem["seed"])
-    decays = rng.uniform(-1, 1, problem["shapes"][0])
-    impulses = rng.standard_normal(problem["shapes"][1])
-    state = None if problem["state_shape"] is None else rng.standard_normal(problem["state_shape"])
-    kwargs = {"axis": problem["axis"], "reverse": problem["reverse"]}
+    decays, impulses, state, kwargs = arrays(problem)
     h = reference.linear_recurrence(decays, impulses, state, **kwargs)
     grads = cuscan.linear_recurrence_vjp(
         *(None if v is None else backend.asarray(v) for v in (np.ones_like(h), decays, h, state)),
