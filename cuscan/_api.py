@@ -249,8 +249,7 @@ def _as_arrays(backend, operands: dict[str, object]):
     """The result dtype, and every operand as an array of it (None stays None)."""
     xp = backend.xp
     arrays = {
-        name: value if value is None or isinstance(value, bool | int | float | complex)
-        else xp.asarray(value)
+        name: value if value is None or _dtypes.is_python_scalar(value) else xp.asarray(value)
         for name, value in operands.items()
     }
     dtype = _dtypes.result_dtype(arrays)

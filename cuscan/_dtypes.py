@@ -58,6 +58,15 @@ def epsilon(dtype: np.dtype) -> float:
     return float(np.finfo(dtype).eps)
 
 
+def is_python_scalar(value: object) -> bool:
+    """Whether ``value`` is a Python bool, int, float or complex (weak in promotion).
+
+    NumPy scalars such as ``np.float64`` subclass Python's types but are strong,
+    as in NumPy 2, so the type is compared exactly.
+    """
+    return type(value) in (bool, int, float, complex)
+
+
 def _unsupported(name: str, dtype: np.dtype) -> TypeError:
     return TypeError(
         f"`{name}` has dtype {dtype}, which cuscan does not support; expected bool, "
@@ -78,7 +87,7 @@ def result_dtype(operands: dict[str, object]) -> np.dtype:
     for name, value in operands.items():
         if value is None:
             continue
-        if isinstance(value, bool | int | float | complex):
+        if is_python_scalar(value):
             scalar_kinds.add("c" if isinstance(value, complex) else "f")
             continue
         dtype = np.dtype(value.dtype)  # type: ignore[attr-defined]

@@ -244,3 +244,6 @@ def test_promotion_follows_numpy(backend):
     assert cuscan.linear_recurrence(0.5, f32).dtype == np.float32
     assert cuscan.linear_recurrence(0.5j, f32).dtype == np.complex64
     assert cuscan.linear_recurrence(f32, f32, 2.0).dtype == np.float32
+    # NumPy scalars are strong, as in NumPy 2.
+    assert cuscan.linear_recurrence(np.float64(0.5), f32).dtype == np.float64
+    assert cuscan.linear_recurrence(np.float16(0.5), f32).dtype == np.float32
