@@ -8,11 +8,22 @@ import sys
 
 import cuscan
 
+SUBPACKAGES = {"signal"}  # imported on their own: `import cuscan.signal`
+
 
 def test_all_is_the_public_api():
-    public = {name for name in vars(cuscan) if not name.startswith("_")}
+    public = {name for name in vars(cuscan) if not name.startswith("_")} - SUBPACKAGES
     assert set(cuscan.__all__) == {"linear_recurrence", "linear_recurrence_vjp"}
     assert public == set(cuscan.__all__)
+
+
+def test_signal_all_is_its_public_api():
+    import cuscan.signal
+
+    public = {name for name in vars(cuscan.signal) if not name.startswith("_")}
+    assert set(cuscan.signal.__all__) == {"ema", "lfilter", "lfilter_zi", "sosfilt",
+                                          "sosfilt_zi"}
+    assert public == set(cuscan.signal.__all__)
 
 
 def test_signatures():

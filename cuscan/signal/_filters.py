@@ -1,0 +1,341 @@
+"""lfilter, sosfilt and ema as cascades of first-order linear recurrences."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.lib.array_utils import normalize_axis_index
+
+from cuscan import _backend
+from cuscan._api import linear_recurrence
+
+ArrayLike = Any
+
+
+def _host(coefficients) -> np.ndarray:
+    """Filter coefficients as a NumPy array (they are small; CuPy arrays are copied)."""
+    if hasattr(coefficients, "get") and not isinstance(coefficients, np.ndarray):
+        coefficients = coefficients.get()
+    return np.asarray(coefficients)
+
+
+def _signal(x, zi=None):
+    """The array module of ``x`` and ``x`` as an inexact array of it."""
+    xp = _backend.select({"x": x, "zi": zi}).xp
+    x = xp.asarray(x)
+    if x.dtype.kind not in "fc" or x.dtype.itemsize < 4:
+        if x.dtype.kind not in "biufc" and x.dtype.name != "bfloat16":
+            raise TypeError(f"`x` must hold numbers; got dtype {x.dtype}")
+        x = x.astype(np.float64 if x.dtype.kind in "biu" else np.float32)
+    return xp, x
+
+
+def _dtypes(x_dtype: np.dtype, *coefficients: np.ndarray) -> tuple[np.dtype, np.dtype]:
+    """The dtype filters compute in (double precision) and the one they return.
+
+    Poles of low-cutoff designs sit within 1e-4 of the unit circle, where
+    single precision loses most digits (scipy.signal's float32 path does too),
+    so the recurrences always run in double precision and single-precision
+    signals are rounded once at the end.
+    """
+    complex_ = x_dtype.kind == "c" or any(np.iscomplexobj(c) for c in coefficients)
+    work = np.dtype(np.complex128 if complex_ else np.float64)
+    if x_dtype in (np.float32, np.complex64):
+        return work, np.dtype(np.complex64 if complex_ else np.float32)
+    return work, work
+
+
+def _normalized(b, a) -> tuple[np.ndarray, np.ndarray]:
+    b, a = np.atleast_1d(_host(b)), np.atleast_1d(_host(a))
+    if b.ndim != 1 or a.ndim != 1 or b.size == 0 or a.size == 0:
+        raise ValueError(f"`b` and `a` must be non-empty 1-D; got shapes {b.shape} and {a.shape}")
+    if a[0] == 0:
+        raise ValueError("`a[0]` must be non-zero")
+    return b / a[0], a / a[0]
+
+
+def _pole_stages(a: np.ndarray) -> list[tuple[complex, ...]]:
+    """The poles of ``1 / a(z)`` grouped into real poles and conjugate pairs.
+
+    ``1 / a(z) = prod 1 / (1 - p z^-1)``: each stage is a first-order
+    recurrence with decay p. A conjugate pair together gives a real result.
+    """
+    poles = np.roots(a) if a.size > 1 else np.zeros(0)
+    if np.iscomplexobj(a):
+        return [(complex(p),) for p in poles]
+    scale = max(1.0, float(np.max(np.abs(poles)))) if poles.size else 1.0
+    real = [p for p in poles if abs(p.imag) <= 1e-14 * scale]
+    upper = sorted((p for p in poles if p.imag > 1e-14 * scale), key=lambda p: (p.real, p.imag))
+    stages: list[tuple[complex, ...]] = [(complex(p.real),) for p in real]
+    stages += [(complex(p), complex(p).conjugate()) for p in upper]
+    return stages
+
+
+def _along(x, axis: int, index) -> tuple:
+    """An indexing tuple selecting ``index`` along ``axis``."""
+    key = [slice(None)] * x.ndim
+    key[axis] = index
+    return tuple(key)
+
+
+def _filter(b: np.ndarray, a: np.ndarray, xp, x, axis: int, zi):
+    """One IIR filter ``b(z) / a(z)`` (normalised) along ``axis``; returns y and zf."""
+    dtype, out_dtype = _dtypes(x.dtype, b, a)
+    order = max(a.size, b.size) - 1
+    length = x.shape[axis]
+    x = x.astype(dtype, copy=False)
+    # The numerator as a moving sum, then the initial state as impulses at the
+    # first `order` steps: that is how SciPy's transposed direct form II state
+    # enters the output (y[n] = sum b_k x[n-k] - sum a_k y[n-k] + zi[n]).
+    w = x * b[0].item()  # Python scalars keep the signal's precision
+    for k in range(1, min(b.size, length)):
+        w[_along(w, axis, slice(k, None))] += x[_along(x, axis, slice(None, -k))] * b[k].item()
+    if zi is not None:
+        head = min(order, length)
+        w[_along(w, axis, slice(0, head))] += zi[_along(zi, axis, slice(0, head))]
+    y = w
+    for stage in _pole_stages(a):
+        for pole in stage:
+            y = linear_recurrence(pole if dtype.kind == "c" or pole.imag else pole.real, y,
+                                  axis=axis)
+        if len(stage) == 2 and dtype.kind != "c":
+            y = xp.ascontiguousarray(y.real)
+    y = y.astype(dtype, copy=False)
+    zf = None if zi is None else _final_state(b, a, xp, x, y, axis, zi, order).astype(out_dtype)
+    return y.astype(out_dtype, copy=False), zf
+
+
+def _final_state(b, a, xp, x, y, axis, zi, order):
+    """SciPy's zf: zf[i] = sum_j (b[i+1+j] x[N-1-j] - a[i+1+j] y[N-1-j]) + zi[i+N]."""
+    length = x.shape[axis]
+    b = np.concatenate([b, np.zeros(order + 1 - b.size, b.dtype)])
+    a = np.concatenate([a, np.zeros(order + 1 - a.size, a.dtype)])
+    zf = xp.zeros(zi.shape, y.dtype)
+    for i in range(order):
+        into = _along(zf, axis, slice(i, i + 1))
+        for j in range(order - i):
+            if length - 1 - j < 0:
+                break
+            at = _along(x, axis, slice(length - 1 - j, length - j))
+            zf[into] += x[at] * b[i + 1 + j].item() - y[at] * a[i + 1 + j].item()
+        if i + length < order:
+            zf[into] += zi[_along(zi, axis, slice(i + length, i + length + 1))]
+    return zf
+
+
+def _state(xp, zi, x, axis: int, order: int, name: str):
+    """Validate a zi of x's shape with the axis of length ``order``."""
+    if zi is None:
+        return None
+    zi = xp.asarray(zi)
+    expected = (*x.shape[:axis], order, *x.shape[axis + 1:])
+    if zi.shape != expected:
+        raise ValueError(f"`{name}` must have shape {expected} (x's shape with axis {axis} "
+                         f"of length {order}); got {zi.shape}")
+    return zi
+
+
+def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
+            zi: ArrayLike | None = None):
+    """Filter `x` with the IIR filter ``b(z) / a(z)``, as ``scipy.signal.lfilter``.
+
+    Parameters
+    ----------
+    b, a : array_like
+        Numerator and denominator coefficients (1-D; ``a[0]`` non-zero).
+    x : array_like
+        The signal: NumPy or CuPy, any shape.
+    axis : int, default -1
+        The time axis.
+    zi : array_like, optional
+        Initial state of the transposed direct form II, SciPy's layout: `x`'s
+        shape with `axis` of length ``max(len(a), len(b)) - 1``.
+
+    Returns
+    -------
+    y : ndarray
+        The filtered signal, float32/complex64 for single-precision (or half)
+        inputs and float64/complex128 otherwise.
+    zf : ndarray
+        The final state, returned only when `zi` is given: pass it as `zi`
+        for the next block to filter a long signal in pieces.
+
+    Notes
+    -----
+    ``1 / a(z)`` is factored into its poles and applied as a cascade of
+    first-order linear recurrences (each parallel over time); a conjugate
+    pair of poles runs in complex arithmetic and gives a real result. Unlike
+    a partial-fraction (parallel) form, the cascade stays accurate for close
+    or repeated poles. Finding the poles of a high-order ``a`` is itself
+    ill-conditioned: for orders above about 4 use `sosfilt`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from cuscan.signal import lfilter
+    >>> lfilter([1.0], [1.0, -0.5], [1.0, 0.0, 0.0, 0.0])
+    array([1.   , 0.5  , 0.25 , 0.125])
+    """
+    b, a = _normalized(b, a)
+    xp, x = _signal(x, zi)
+    axis = normalize_axis_index(axis, x.ndim)
+    order = max(a.size, b.size) - 1
+    zi = _state(xp, zi, x, axis, order, "zi")
+    y, zf = _filter(b, a, xp, x, axis, zi)
+    return y if zf is None else (y, zf)
+
+
+def _sections(sos) -> np.ndarray:
+    sos = np.atleast_2d(_host(sos))
+    if sos.ndim != 2 or sos.shape[1] != 6:
+        raise ValueError(f"`sos` must have shape (n_sections, 6); got {sos.shape}")
+    if np.any(sos[:, 3] == 0):
+        raise ValueError("every section's a0 (`sos[:, 3]`) must be non-zero")
+    return sos
+
+
+def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None = None):
+    """Filter `x` with cascaded second-order sections, as ``scipy.signal.sosfilt``.
+
+    Parameters
+    ----------
+    sos : array_like
+        ``(n_sections, 6)``: each row ``[b0, b1, b2, a0, a1, a2]``.
+    x : array_like
+        The signal: NumPy or CuPy, any shape.
+    axis : int, default -1
+        The time axis.
+    zi : array_like, optional
+        Initial states, SciPy's layout: ``(n_sections, ...)`` where ``...`` is
+        `x`'s shape with `axis` of length 2.
+
+    Returns
+    -------
+    y : ndarray
+        The filtered signal (dtypes as in `lfilter`).
+    zf : ndarray
+        The final states, only when `zi` is given.
+
+    Notes
+    -----
+    Each section runs as its numerator (a three-tap moving sum) and then its
+    two poles as a cascade of first-order linear recurrences, parallel over
+    time; see `lfilter`. Accuracy against ``scipy.signal.sosfilt`` on
+    standard designs (Butterworth, Chebyshev I and II, elliptic, Bessel;
+    orders 1 to 12; low-, high-, band-pass and band-stop): maximum error over
+    the signal's RMS below 1e-8 in float64 and 5e-3 in float32.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from cuscan.signal import sosfilt
+    >>> sos = [[1.0, 0.0, 0.0, 1.0, -0.5, 0.0]]  # one first-order section
+    >>> sosfilt(sos, [1.0, 0.0, 0.0, 0.0])
+    array([1.   , 0.5  , 0.25 , 0.125])
+    """
+    sos = _sections(sos)
+    xp, x = _signal(x, zi)
+    axis = normalize_axis_index(axis, x.ndim)
+    if zi is not None:
+        zi = xp.asarray(zi)
+        expected = (sos.shape[0], *x.shape[:axis], 2, *x.shape[axis + 1:])
+        if zi.shape != expected:
+            raise ValueError(f"`zi` must have shape {expected} (n_sections, then x's shape with "
+                             f"axis {axis} of length 2); got {zi.shape}")
+    work, out = _dtypes(x.dtype, sos)
+    y, finals = x.astype(work), []  # sections pass double precision on; one rounding at the end
+    for s, row in enumerate(sos):
+        b, a = _normalized(row[:3], row[3:])
+        y, zf = _filter(b, a, xp, y, axis, None if zi is None else zi[s])
+        finals.append(zf)
+    y = y.astype(out, copy=False)
+    return y if zi is None else (y, xp.stack(finals).astype(out, copy=False))
+
+
+def lfilter_zi(b: ArrayLike, a: ArrayLike) -> np.ndarray:
+    """The steady-state initial state of `lfilter` for a step input, as SciPy's.
+
+    Scale it by the first sample, ``zi = lfilter_zi(b, a) * x[0]``, to start
+    filtering without a transient.
+
+    Examples
+    --------
+    >>> from cuscan.signal import lfilter, lfilter_zi
+    >>> y, _ = lfilter([0.5], [1.0, -0.5], [2.0, 2.0], zi=lfilter_zi([0.5], [1.0, -0.5]) * 2)
+    >>> y
+    array([2., 2.])
+    """
+    b, a = _normalized(b, a)
+    order = max(a.size, b.size) - 1
+    if order == 0:
+        return np.zeros(0)
+    b = np.concatenate([b, np.zeros(order + 1 - b.size)])
+    a = np.concatenate([a, np.zeros(order + 1 - a.size)])
+    # In steady state y = x = 1 and zf = zi: zi[i] = sum_{k > i} (b_k - a_k * G)
+    # with G = sum b / sum a the DC gain, so the state solves a triangular sum.
+    gain = b.sum() / a.sum()
+    return np.array([np.sum(b[i + 1:] - a[i + 1:] * gain) for i in range(order)])
+
+
+def sosfilt_zi(sos: ArrayLike) -> np.ndarray:
+    """The steady-state initial states of `sosfilt` for a step input, as SciPy's.
+
+    Returns ``(n_sections, 2)``; scale by the first sample as for `lfilter_zi`.
+    """
+    sos = _sections(sos)
+    states, scale = [], 1.0
+    for row in sos:
+        b, a = _normalized(row[:3], row[3:])
+        states.append(lfilter_zi(b, a) * scale)
+        scale *= b.sum() / a.sum()
+    return np.array(states)
+
+
+def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1):
+    """Exponential moving average: ``y[0] = x[0]``, ``y[t] = (1 - alpha) y[t-1] + alpha x[t]``.
+
+    The same as ``pandas.Series.ewm(alpha=alpha, adjust=False).mean()`` on
+    data without missing values (NaN propagates here; pandas skips it).
+
+    Parameters
+    ----------
+    x : array_like
+        The signal: NumPy or CuPy, any shape.
+    alpha : float or array_like
+        Smoothing factor in (0, 1]: a scalar; one per channel (an array of
+        `x`'s shape without `axis`); or one per sample (anything that
+        broadcasts to `x`'s shape, e.g. varying over time).
+    axis : int, default -1
+        The time axis.
+
+    Returns
+    -------
+    y : ndarray
+        The moving average, in `x`'s inexact dtype.
+
+    Examples
+    --------
+    >>> from cuscan.signal import ema
+    >>> ema([1.0, 2.0, 3.0, 4.0], 0.5)
+    array([1.   , 1.5  , 2.25 , 3.125])
+    """
+    xp, x = _signal(x)
+    axis = normalize_axis_index(axis, x.ndim)
+    if np.ndim(alpha) == 0 and not hasattr(alpha, "device"):
+        alpha = float(alpha)  # a Python scalar keeps the signal's precision
+    else:
+        alpha = xp.asarray(alpha).astype(x.real.dtype, copy=False)
+        channel_shape = x.shape[:axis] + x.shape[axis + 1:]
+        if alpha.ndim == x.ndim - 1 and alpha.shape == channel_shape and alpha.ndim:
+            alpha = xp.expand_dims(alpha, axis)
+        try:
+            np.broadcast_shapes(alpha.shape, x.shape)
+        except ValueError:
+            raise ValueError(f"`alpha` must be a scalar, have x's shape without axis "
+                             f"{channel_shape}, or broadcast to x's shape {x.shape}; got "
+                             f"{alpha.shape}") from None
+    if x.shape[axis] == 0:
+        return xp.empty_like(x)
+    first = x[_along(x, axis, 0)]
+    return linear_recurrence(1 - alpha, alpha * x, first, axis=axis)

@@ -1,0 +1,157 @@
+"""cuscan.signal against scipy.signal and pandas, on every backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cuscan import signal
+from tests.conftest import require
+
+ss = require("scipy.signal")
+
+DESIGNS = {
+    "butter": lambda n, wn, kind: ss.butter(n, wn, kind, output="sos"),
+    "cheby1": lambda n, wn, kind: ss.cheby1(n, 1, wn, kind, output="sos"),
+    "cheby2": lambda n, wn, kind: ss.cheby2(n, 40, wn, kind, output="sos"),
+    "ellip": lambda n, wn, kind: ss.ellip(n, 1, 40, wn, kind, output="sos"),
+    "bessel": lambda n, wn, kind: ss.bessel(n, wn, kind, output="sos"),
+}
+BANDS = [
+    ("lowpass", 0.1), ("highpass", 0.3), ("bandpass", (0.1, 0.3)), ("bandstop", (0.1, 0.3)),
+    ("lowpass", 0.001), ("highpass", 0.001), ("bandpass", (0.001, 0.002)), ("lowpass", 2e-4),
+]
+# Documented bounds: max |error| / RMS of the signal.
+BOUND = {np.float64: 1e-8, np.float32: 5e-3}
+
+
+def relative_error(result, expected) -> float:
+    return float(np.max(np.abs(result - expected)) / np.sqrt(np.mean(np.abs(expected) ** 2)))
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+@pytest.mark.parametrize(("kind", "cutoff"), BANDS)
+def test_sosfilt_matches_scipy(backend, design, kind, cutoff):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 4000))
+    for order in range(1, 13):
+        sos = DESIGNS[design](order, cutoff, kind)
+        expected = ss.sosfilt(sos, x)
+        for dtype in (np.float64, np.float32):
+            result = backend.to_numpy(signal.sosfilt(sos, backend.asarray(x.astype(dtype))))
+            assert result.dtype == dtype
+            error = relative_error(result, expected)
+            assert error <= BOUND[dtype], (order, dtype, error)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+def test_sosfilt_any_axis_and_complex(backend, axis):
+    rng = np.random.default_rng(1)
+    sos = ss.ellip(6, 1, 50, (0.05, 0.2), "bandpass", output="sos")
+    x = rng.standard_normal((3, 50, 4)) + 1j * rng.standard_normal((3, 50, 4))
+    expected = ss.sosfilt(sos, x, axis=axis)
+    result = backend.to_numpy(signal.sosfilt(sos, backend.asarray(x), axis=axis))
+    assert result.dtype == np.complex128
+    assert relative_error(result, expected) <= 1e-10
+
+
+def test_sosfilt_in_blocks_equals_whole(backend):
+    rng = np.random.default_rng(2)
+    sos = ss.cheby1(8, 0.5, 0.02, output="sos")
+    x = rng.standard_normal((3, 3001))
+    zi = rng.standard_normal((sos.shape[0], 3, 2))
+    expected, expected_zf = ss.sosfilt(sos, x, zi=zi)
+    pieces, state = [], backend.asarray(zi)
+    for block in np.array_split(x, [1, 2, 700, 701, 2000], axis=-1):
+        y, state = signal.sosfilt(sos, backend.asarray(block), zi=state)
+        pieces.append(backend.to_numpy(y))
+    assert relative_error(np.concatenate(pieces, axis=-1), expected) <= BOUND[np.float64]
+    assert relative_error(backend.to_numpy(state), expected_zf) <= BOUND[np.float64]
+
+
+@pytest.mark.parametrize(("b", "a"), [
+    ([1.0], [1.0, -0.5]),
+    ([0.2, 0.3], [1.0, -0.9, 0.2]),
+    ([1.0, 2.0, 1.0], [1.0, -2.7, 2.43, -0.729]),   # a triple pole at 0.9
+    ([0.5, 0.1, 0.0, 0.3], [2.0, -1.0]),            # a[0] != 1, longer numerator
+    ([1.0, -1.0], [1.0]),                            # FIR only
+    ([1.0], [1.0, 0.0, 0.81]),                       # poles at +-0.9j
+])
+@pytest.mark.parametrize("axis", [0, -1])
+def test_lfilter_matches_scipy(backend, b, a, axis):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((257, 3) if axis == 0 else (3, 257))
+    expected = ss.lfilter(b, a, x, axis=axis)
+    result = backend.to_numpy(signal.lfilter(b, a, backend.asarray(x), axis=axis))
+    np.testing.assert_allclose(result, expected, rtol=1e-9, atol=1e-10)
+    order = max(len(a), len(b)) - 1
+    zi_shape = list(x.shape)
+    zi_shape[axis] = order
+    zi = rng.standard_normal(zi_shape)
+    for length in (0, 1, 2, 257):
+        part = x.take(range(length), axis=axis)
+        if length:
+            expected, expected_zf = ss.lfilter(b, a, part, axis=axis, zi=zi)
+        else:  # scipy.signal fails or returns uninitialised memory as zf here
+            expected, expected_zf = part, zi
+        result, zf = signal.lfilter(b, a, backend.asarray(part), axis=axis,
+                                    zi=backend.asarray(zi))
+        np.testing.assert_allclose(backend.to_numpy(result), expected, rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(backend.to_numpy(zf), expected_zf, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize(("b", "a"), [([0.2, 0.3], [1.0, -0.9, 0.2]), ([1.0, 2.0], [3.0, -1.0]),
+                                      ([0.5, 0.5, 0.5], [1.0, 0.3])])
+def test_lfilter_zi_matches_scipy(b, a):
+    np.testing.assert_allclose(signal.lfilter_zi(b, a), ss.lfilter_zi(b, a), rtol=1e-12)
+
+
+def test_sosfilt_zi_matches_scipy():
+    sos = ss.butter(6, 0.1, output="sos")
+    np.testing.assert_allclose(signal.sosfilt_zi(sos), ss.sosfilt_zi(sos), rtol=1e-10)
+    x = np.full(500, 3.0)
+    y, _ = signal.sosfilt(sos, x, zi=signal.sosfilt_zi(sos) * 3.0)
+    np.testing.assert_allclose(y, 3.0, rtol=1e-10)
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.01, 1.0])
+def test_ema_matches_pandas(backend, alpha):
+    pandas = require("pandas")
+    x = np.random.default_rng(4).standard_normal(1000)
+    expected = pandas.Series(x).ewm(alpha=alpha, adjust=False).mean().to_numpy()
+    result = backend.to_numpy(signal.ema(backend.asarray(x), alpha))
+    np.testing.assert_allclose(result, expected, rtol=1e-11, atol=1e-12)
+
+
+def test_ema_per_channel_and_time_varying(backend):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 200)).astype(np.float32)
+    alpha = np.array([0.1, 0.5, 0.9])
+    result = backend.to_numpy(signal.ema(backend.asarray(x), backend.asarray(alpha)))
+    assert result.dtype == np.float32
+    varying = rng.uniform(0.05, 1.0, 200)
+    result_varying = backend.to_numpy(signal.ema(backend.asarray(x), backend.asarray(varying)))
+    for channel in range(3):
+        for alphas, got in ((np.full(200, alpha[channel]), result), (varying, result_varying)):
+            expected = np.empty(200)
+            expected[0] = x[channel, 0]
+            for t in range(1, 200):
+                expected[t] = (1 - alphas[t]) * expected[t - 1] + alphas[t] * x[channel, t]
+            np.testing.assert_allclose(got[channel], expected, rtol=2e-5, atol=2e-5)
+
+
+def test_errors():
+    with pytest.raises(ValueError, match=r"`sos` must have shape \(n_sections, 6\)"):
+        signal.sosfilt(np.ones((2, 5)), np.ones(10))
+    with pytest.raises(ValueError, match="a0"):
+        signal.sosfilt([[1, 0, 0, 0, 0, 0]], np.ones(10))
+    with pytest.raises(ValueError, match=r"`a\[0\]` must be non-zero"):
+        signal.lfilter([1.0], [0.0, 1.0], np.ones(10))
+    with pytest.raises(ValueError, match=r"`zi` must have shape \(3, 3\)"):
+        signal.lfilter([1.0], [1.0, 0.5, 0.2, 0.1], np.ones((3, 10)), zi=np.zeros((3, 2)))
+    with pytest.raises(ValueError, match=r"`zi` must have shape \(1, 2\)"):
+        signal.sosfilt([[1, 0, 0, 1, 0.5, 0]], np.ones(10), zi=np.zeros((1, 3)))
+    with pytest.raises(ValueError, match="`alpha` must be a scalar"):
+        signal.ema(np.ones((3, 10)), np.ones(4))
+    with pytest.raises(TypeError, match="must hold numbers"):
+        signal.ema(np.array(["a", "b"]), 0.5)
