@@ -185,6 +185,36 @@ __device__ __forceinline__ typename traits<S>::acc initial(const S* data, const 
     for (index_t w = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x; \
          w < (total); w += static_cast<index_t>(gridDim.x) * blockDim.x)
 
+// The serial recurrence over steps [begin, end) of one channel from state h:
+// h = a[t] * h + x[t], stored at every step. Returns the last state.
+template <typename S>
+__device__ __forceinline__ typename traits<S>::acc forward_steps(
+    lane<const S> a, lane<const S> x, lane<S> out, typename traits<S>::acc h, index_t begin,
+    index_t end) {
+    typedef traits<S> tr;
+    for (index_t t = begin; t < end; ++t) {
+        h = tr::load(a[t]) * h + tr::load(x[t]);
+        out[t] = tr::store(h);
+    }
+    return h;
+}
+
+// The gradient over steps [start, last] of one channel, backwards from g = g[last]:
+// stores g[t] and ga[t] = conj(h[t-1]) * g[t] (h[-1] = first), then steps
+// g[t-1] = go[t-1] + conj(a[t]) * g[t]. Returns g[start].
+template <typename S>
+__device__ __forceinline__ typename traits<S>::acc backward_steps(
+    lane<const S> go, lane<const S> a, lane<const S> h, typename traits<S>::acc first,
+    lane<S> ga, lane<S> gx, typename traits<S>::acc g, index_t start, index_t last) {
+    typedef traits<S> tr;
+    for (index_t t = last;; --t) {
+        gx[t] = tr::store(g);
+        ga[t] = tr::store(conj(t > 0 ? tr::load(h[t - 1]) : first) * g);
+        if (t == start) return g;
+        g = conj(tr::load(a[t])) * g + tr::load(go[t - 1]);
+    }
+}
+
 // ---- forward ----------------------------------------------------------------
 
 // linear_recurrence_fwd_serial: the paper's serial baseline. One thread owns one
@@ -196,8 +226,6 @@ __global__ void linear_recurrence_fwd_serial(
     const S* a_ptr, const S* x_ptr, const S* h0_ptr, S* out_ptr, const int* only,
     index_t length, CUSCAN_CHANNELS,
     CUSCAN_STRIDES(a), CUSCAN_STRIDES(x), CUSCAN_STRIDES(h0), CUSCAN_STRIDES(out)) {
-    typedef traits<S> tr;
-    typedef typename tr::acc A;
     CUSCAN_MAKE_CHANNELS();
     CUSCAN_MAKE_STRIDES(a);
     CUSCAN_MAKE_STRIDES(x);
@@ -206,12 +234,8 @@ __global__ void linear_recurrence_fwd_serial(
     CUSCAN_GRID_STRIDE(c, n.count()) {
         if (only && !only[c]) continue;
         const lane<const S> a = channel(a_ptr, a_st, n, c), x = channel(x_ptr, x_st, n, c);
-        const lane<S> out = channel(out_ptr, out_st, n, c);
-        A h = initial(h0_ptr, h0_st, n, c);
-        for (index_t t = 0; t < length; ++t) {
-            h = tr::load(a[t]) * h + tr::load(x[t]);
-            out[t] = tr::store(h);
-        }
+        forward_steps(a, x, channel(out_ptr, out_st, n, c), initial(h0_ptr, h0_st, n, c), 0,
+                      length);
     }
 }
 
@@ -256,8 +280,7 @@ __global__ void linear_recurrence_fwd_rescan(
     const S* a_ptr, const S* x_ptr, const S* h0_ptr, const typename traits<S>::acc* carries,
     S* out_ptr, index_t length, index_t chunk, index_t chunks, CUSCAN_CHANNELS,
     CUSCAN_STRIDES(a), CUSCAN_STRIDES(x), CUSCAN_STRIDES(h0), CUSCAN_STRIDES(out)) {
-    typedef traits<S> tr;
-    typedef typename tr::acc A;
+    typedef typename traits<S>::acc A;
     CUSCAN_MAKE_CHANNELS();
     CUSCAN_MAKE_STRIDES(a);
     CUSCAN_MAKE_STRIDES(x);
@@ -267,13 +290,9 @@ __global__ void linear_recurrence_fwd_rescan(
     CUSCAN_GRID_STRIDE(w, count * chunks) {
         const index_t c = w % count, k = w / count;
         const lane<const S> a = channel(a_ptr, a_st, n, c), x = channel(x_ptr, x_st, n, c);
-        const lane<S> out = channel(out_ptr, out_st, n, c);
-        A h = k == 0 ? initial(h0_ptr, h0_st, n, c) : carries[w - count];
-        const index_t end = min(length, (k + 1) * chunk);
-        for (index_t t = k * chunk; t < end; ++t) {
-            h = tr::load(a[t]) * h + tr::load(x[t]);
-            out[t] = tr::store(h);
-        }
+        const A h = k == 0 ? initial(h0_ptr, h0_st, n, c) : carries[w - count];
+        forward_steps(a, x, channel(out_ptr, out_st, n, c), h, k * chunk,
+                      min(length, (k + 1) * chunk));
     }
 }
 
@@ -326,14 +345,8 @@ __global__ void linear_recurrence_bwd_serial(
         const lane<const S> go = channel(go_ptr, go_st, n, c), a = channel(a_ptr, a_st, n, c);
         const lane<const S> h = channel(h_ptr, h_st, n, c);
         const lane<S> ga = channel(ga_ptr, ga_st, n, c), gx = channel(gx_ptr, gx_st, n, c);
-        const A first = initial(h0_ptr, h0_st, n, c);
-        A g = tr::load(go[length - 1]);
-        for (index_t t = length - 1;; --t) {
-            gx[t] = tr::store(g);
-            ga[t] = tr::store(conj(t > 0 ? tr::load(h[t - 1]) : first) * g);
-            if (t == 0) break;
-            g = conj(tr::load(a[t])) * g + tr::load(go[t - 1]);
-        }
+        const A g = backward_steps(go, a, h, initial(h0_ptr, h0_st, n, c), ga, gx,
+                                   tr::load(go[length - 1]), 0, length - 1);
         if (gh0_ptr) gh0_ptr[gh0_st.offset(n, c)] = tr::store(conj(tr::load(a[0])) * g);
     }
 }
@@ -405,13 +418,8 @@ __global__ void linear_recurrence_bwd_rescan(
         const index_t start = k * chunk, end = min(length, start + chunk);
         A g = tr::load(go[end - 1]);
         if (end < length) g = conj(tr::load(a[end])) * starts[w + count] + g;
-        for (index_t t = end - 1;; --t) {
-            gx[t] = tr::store(g);
-            const A previous = t > 0 ? tr::load(h[t - 1]) : initial(h0_ptr, h0_st, n, c);
-            ga[t] = tr::store(conj(previous) * g);
-            if (t == start) break;
-            g = conj(tr::load(a[t])) * g + tr::load(go[t - 1]);
-        }
+        const A first = k == 0 ? initial(h0_ptr, h0_st, n, c) : zero<A>();  // read at t = 0 only
+        g = backward_steps(go, a, h, first, ga, gx, g, start, end - 1);
         if (k == 0 && gh0_ptr) gh0_ptr[gh0_st.offset(n, c)] = tr::store(conj(tr::load(a[0])) * g);
     }
 }
