@@ -61,7 +61,7 @@ def backward(grad_output, decays, output, initial_state, grad_decays, grad_impul
     g = gx if gx.dtype == acc else np.empty(gx.shape, acc)
     # Reverse time by viewing every array backwards, then run the forward scan.
     g[-1] = go[-1]
-    scan(np.conj(a[:0:-1]), go[-2::-1], g[-1], g[-2::-1], "auto")
+    scan(a[:0:-1].conj(), go[-2::-1], g[-1], g[-2::-1], "auto")  # conj() copies only complex
     if g is not gx:
         gx[...] = g
     ga[0] = np.conj(h0) * g[0]
