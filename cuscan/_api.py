@@ -51,10 +51,11 @@ def linear_recurrence(
 
     Returns
     -------
-    h : ndarray
+    h : ndarray or Tensor
         The states, with the broadcast shape of `decays` and `impulses`, the
         dtype NumPy promotion gives them and `initial_state` (bool and integer
-        inputs give float64), on the same library and device as the inputs.
+        inputs give float64), of the inputs' library (NumPy, CuPy or torch,
+        differentiable) and on their device.
 
     Raises
     ------
@@ -111,6 +112,10 @@ def linear_recurrence(
     if method not in METHODS:
         raise ValueError(f"`method` must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
     operands = {"decays": decays, "impulses": impulses, "initial_state": initial_state}
+    adapter = _backend.adapter(operands)
+    if adapter is not None:
+        return adapter.linear_recurrence(decays, impulses, initial_state, axis=axis,
+                                         reverse=reverse, method=method)
     backend = _backend.select(operands)
     dtype, arrays = _as_arrays(backend, operands)
     decays, impulses, initial_state = arrays["decays"], arrays["impulses"], arrays["initial_state"]
@@ -211,6 +216,10 @@ def linear_recurrence_vjp(
     """
     operands = {"grad_output": grad_output, "decays": decays, "output": output,
                 "initial_state": initial_state}
+    adapter = _backend.adapter(operands)
+    if adapter is not None:
+        return adapter.linear_recurrence_vjp(grad_output, decays, output, initial_state,
+                                             axis=axis, reverse=reverse)
     backend = _backend.select(operands)
     dtype, arrays = _as_arrays(backend, operands)
     grad_output, decays, output = arrays["grad_output"], arrays["decays"], arrays["output"]

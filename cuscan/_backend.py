@@ -1,4 +1,4 @@
-"""Which backend serves a call: decided once, from the libraries of its arrays."""
+"""Which code serves a call: decided once, from the library of its arrays."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from types import ModuleType
 import numpy as np
 
 _PYTHON_SCALARS = (bool, int, float, complex)
-# Top-level module of an array type -> the backend module that serves it.
+# Top-level module of an array type -> the backend module computing on it.
 _BACKENDS = {"numpy": "cuscan._numpy_backend", "cupy": "cuscan._cupy_backend"}
+# Frameworks whose tensors are converted (without copies) and differentiated.
+_ADAPTERS = {"torch"}
 
 
 def library(value: object) -> str | None:
@@ -19,15 +21,8 @@ def library(value: object) -> str | None:
     return type(value).__module__.partition(".")[0]
 
 
-def select(operands: dict[str, object]) -> ModuleType:
-    """The backend module for these operands (name -> value).
-
-    Raises
-    ------
-    TypeError
-        If arrays of more than one library are mixed, or the library has no
-        backend.
-    """
+def _library(operands: dict[str, object]) -> tuple[str, str | None]:
+    """The one library of the operands (numpy if none) and an argument from it."""
     found: dict[str, str] = {}
     for name, value in operands.items():
         lib = library(value)
@@ -40,9 +35,35 @@ def select(operands: dict[str, object]) -> ModuleType:
             "Convert them to one library first"
         )
     lib = next(iter(found), "numpy")
-    if lib not in _BACKENDS:
+    if lib not in _BACKENDS and lib not in _ADAPTERS:
+        value = operands[found[lib]]
         raise TypeError(
-            f"`{found[lib]}` is a {type(operands[found[lib]]).__qualname__} from {lib}, which "
-            f"cuscan does not support; expected a NumPy or CuPy array or a Python scalar"
+            f"`{found[lib]}` is a {type(value).__qualname__} from {lib}, which cuscan does not "
+            "support; expected a NumPy or CuPy array, a torch tensor or a Python scalar"
         )
+    return lib, found.get(lib)
+
+
+def adapter(operands: dict[str, object]) -> ModuleType | None:
+    """The framework adapter for these operands (name -> value), or None for arrays.
+
+    Raises
+    ------
+    TypeError
+        If arrays of more than one library are mixed, or the library is unsupported.
+    """
+    lib, _ = _library(operands)
+    if lib == "torch":
+        # An import statement, not importlib, so that torch.compile traces through.
+        from cuscan import _torch
+
+        return _torch
+    return None
+
+
+def select(operands: dict[str, object]) -> ModuleType:
+    """The backend module computing on these operands (name -> value); see `adapter`."""
+    lib, _ = _library(operands)
+    if lib not in _BACKENDS:
+        raise TypeError(f"{lib} tensors go through cuscan's front door, not a backend")
     return importlib.import_module(_BACKENDS[lib])

@@ -1,0 +1,148 @@
+"""The PyTorch adapter: tensors in and out without copies, autograd, torch.compile."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuscan
+from tests import reference
+from tests.conftest import _gpu_available, assert_close, require
+
+torch = require("torch")
+from cuscan import _torch  # noqa: E402  (needs torch)
+
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    if request.param == "cuda" and not (_gpu_available() and torch.cuda.is_available()):
+        pytest.skip("needs CuPy, a CUDA build of torch and a GPU")
+    return torch.device(request.param)
+
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64,
+          torch.complex128]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", ["serial", "parallel"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_forward_matches_reference(device, dtype, method, reverse):
+    generator = torch.Generator().manual_seed(0)
+    decays = torch.rand(300, 4, generator=generator, dtype=torch.float64) * 0.5 + 0.5
+    impulses = torch.randn(300, 4, generator=generator, dtype=torch.float64)
+    state = torch.randn(4, generator=generator, dtype=torch.float64)
+    decays, impulses, state = (v.to(dtype).to(device) for v in (decays, impulses, state))
+    h = cuscan.linear_recurrence(decays, impulses, state, method=method, reverse=reverse)
+    assert isinstance(h, torch.Tensor)
+    assert h.dtype == dtype
+    assert h.device == device
+    as_numpy = [v.cpu().to(torch.complex128 if dtype.is_complex else torch.float64).numpy()
+                for v in (decays, impulses, state)]
+    expected = reference.linear_recurrence(*as_numpy, reverse=reverse)
+    scale = reference.error_scale(*as_numpy, reverse=reverse)
+    numpy_dtype = _torch.to_array(torch.zeros(1, dtype=dtype)).dtype
+    actual = h.cpu().to(torch.complex128 if dtype.is_complex else torch.float64).numpy()
+    assert_close(actual, expected, scale, numpy_dtype, 300)
+
+
+def test_layouts_broadcasting_and_scalars(device):
+    rng = np.random.default_rng(1)
+    base = torch.tensor(rng.standard_normal((4, 50, 6)), device=device)
+    impulses = base.transpose(0, 1)[:, ::2]  # (50, 2, 6), non-contiguous
+    decays = torch.tensor(rng.uniform(0, 1, 6), device=device)  # time-invariant
+    h = cuscan.linear_recurrence(decays, impulses, 1.0, axis=0)
+    expected = reference.linear_recurrence(decays.cpu().numpy(), impulses.cpu().numpy(), 1.0)
+    np.testing.assert_allclose(h.cpu().numpy(), expected, rtol=1e-12)
+    h32 = cuscan.linear_recurrence(0.5, impulses.float(), axis=1)
+    assert h32.dtype == torch.float32
+    assert cuscan.linear_recurrence(0.5j, impulses.float()).dtype == torch.complex64
+
+
+def test_conversions_share_memory(device):
+    for dtype in (torch.float32, torch.bfloat16, torch.complex64):
+        tensor = torch.zeros(7, 5, dtype=dtype, device=device).t()[1:]
+        array = _torch.to_array(tensor)
+        pointer = array.data.ptr if device.type == "cuda" else array.ctypes.data
+        assert pointer == tensor.data_ptr()
+        assert array.shape == tuple(tensor.shape)
+        back = _torch.from_array(array)
+        assert back.data_ptr() == tensor.data_ptr()
+        assert back.dtype == dtype
+
+
+def test_inputs_not_modified(device):
+    decays = torch.rand(200, 3, dtype=torch.float64, device=device)
+    impulses = torch.randn(200, 3, dtype=torch.float64, device=device)
+    copies = decays.clone(), impulses.clone()
+    h = cuscan.linear_recurrence(decays, impulses, reverse=True)
+    cuscan.linear_recurrence_vjp(torch.ones_like(h), decays, h, reverse=True)
+    assert torch.equal(decays, copies[0])
+    assert torch.equal(impulses, copies[1])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+@pytest.mark.parametrize("method", ["serial", "parallel"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_gradcheck(device, dtype, method, reverse):
+    generator = torch.Generator().manual_seed(2)
+    decays = (torch.rand(3, generator=generator, dtype=torch.float64) * 0.9).to(dtype)
+    impulses = torch.randn(17, 2, 3, generator=generator, dtype=torch.float64).to(dtype)
+    state = torch.randn(1, 3, generator=generator, dtype=torch.float64).to(dtype)
+    inputs = tuple(v.to(device).requires_grad_() for v in (decays, impulses, state))
+
+    def function(a, x, s):
+        return cuscan.linear_recurrence(a, x, s, method=method, reverse=reverse)
+
+    assert torch.autograd.gradcheck(function, inputs)
+
+
+def test_gradient_matches_the_vjp(device):
+    decays = torch.rand(40, 3, dtype=torch.float64, device=device, requires_grad=True)
+    impulses = torch.randn(40, 3, dtype=torch.float64, device=device, requires_grad=True)
+    h = cuscan.linear_recurrence(decays, impulses)
+    weights = torch.randn_like(h)
+    (h * weights).sum().backward()
+    grad_decays, grad_impulses, grad_state = cuscan.linear_recurrence_vjp(weights, decays,
+                                                                          h.detach())
+    assert grad_state is None
+    torch.testing.assert_close(decays.grad, grad_decays)
+    torch.testing.assert_close(impulses.grad, grad_impulses)
+
+
+def test_opcheck(device):
+    decays = torch.rand(33, 4, dtype=torch.float64, device=device, requires_grad=True)
+    impulses = torch.randn(33, 4, dtype=torch.float64, device=device, requires_grad=True)
+    state = torch.randn(4, dtype=torch.float64, device=device, requires_grad=True)
+    torch.library.opcheck(_torch._forward, (decays, impulses, state, 0, False, "parallel"))
+    column = torch.rand(33, 1, dtype=torch.float64, device=device, requires_grad=True)
+    torch.library.opcheck(_torch._forward, (column, impulses, None, 1, True, "auto"))
+    h = _torch._forward(decays, impulses, state, 0, False, "auto").detach()
+    torch.library.opcheck(_torch._backward, (torch.ones_like(h), decays.detach(), h,
+                                             state.detach(), 0, False))
+
+
+# Inductor's own imports use a deprecated torch.jit decorator.
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
+def test_compile_fullgraph(device, compiler):
+    decays = torch.rand(64, 8, dtype=torch.float32, device=device, requires_grad=True)
+    impulses = torch.randn(64, 8, dtype=torch.float32, device=device, requires_grad=True)
+
+    def layer(a, x):
+        return torch.tanh(cuscan.linear_recurrence(torch.sigmoid(a), x)).sum()
+
+    compiled = torch.compile(layer, fullgraph=True, backend=compiler)
+    loss = compiled(decays, impulses)
+    loss.backward()
+    expected_grads = torch.autograd.grad(layer(decays, impulses), (decays, impulses))
+    torch.testing.assert_close(loss, layer(decays, impulses))
+    torch.testing.assert_close(decays.grad, expected_grads[0])
+    torch.testing.assert_close(impulses.grad, expected_grads[1])
+
+
+def test_mixing_torch_and_numpy_is_rejected():
+    with pytest.raises(TypeError, match="one library"):
+        cuscan.linear_recurrence(torch.ones(3), np.ones(3))
