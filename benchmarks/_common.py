@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import time
@@ -33,7 +34,7 @@ def environment() -> dict[str, str]:
     return {
         "commit": commit(),
         "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-        "cpu_count": str(__import__("os").cpu_count()),
+        "cpu_count": str(os.cpu_count()),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "scipy": scipy.__version__,

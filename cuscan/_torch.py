@@ -9,6 +9,8 @@ Imported only when a tensor is passed.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 
@@ -48,8 +50,6 @@ def from_array(array) -> torch.Tensor:
 def _stream(tensor: torch.Tensor):
     """A context that makes CuPy launch on torch's current stream for ``tensor``'s device."""
     if tensor.device.type != "cuda":
-        import contextlib
-
         return contextlib.nullcontext()
     import cupy
 
@@ -136,32 +136,27 @@ def _backward_autograd(ctx, grad_output):
 _forward.register_autograd(_backward_autograd, setup_context=_setup_context)
 
 
-def _tensor(value, like: torch.Tensor) -> torch.Tensor | None:
-    """A tensor for an operand: tensors as they are, scalars on ``like``'s device."""
-    if value is None or isinstance(value, torch.Tensor):
-        return value
-    return torch.as_tensor(value, device=like.device)
+def _as_tensors(*values) -> list[torch.Tensor | None]:
+    """Operands as tensors: Python scalars are weak, as in the core, and take the tensors'
+    dtype (complex if the scalar is) and device; None stays None."""
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    dtype = _result_dtype(*tensors)
+    if any(isinstance(v, complex) for v in values):
+        dtype = torch.promote_types(dtype, torch.complex64)
+    return [v if v is None or isinstance(v, torch.Tensor)
+            else torch.as_tensor(v, dtype=dtype, device=tensors[0].device) for v in values]
 
 
 def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method):
     """``cuscan.linear_recurrence`` for torch tensors (called by the front door)."""
-    tensors = [v for v in (decays, impulses, initial_state) if isinstance(v, torch.Tensor)]
-    # Python scalars are weak, as in the core: they take the tensors' precision.
-    dtype = _result_dtype(*tensors)
-    if any(isinstance(v, complex) for v in (decays, impulses, initial_state)):
-        dtype = torch.promote_types(dtype, torch.complex64)
-    decays, impulses, initial_state = (
-        v if v is None or isinstance(v, torch.Tensor)
-        else torch.as_tensor(v, dtype=dtype, device=tensors[0].device)
-        for v in (decays, impulses, initial_state))
+    decays, impulses, initial_state = _as_tensors(decays, impulses, initial_state)
     return _forward(decays, impulses, initial_state, axis, reverse, method)
 
 
 def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, reverse):
     """``cuscan.linear_recurrence_vjp`` for torch tensors (called by the front door)."""
-    like = next(v for v in (output, grad_output, decays) if isinstance(v, torch.Tensor))
-    grad_output, decays, output, initial_state = (
-        _tensor(v, like) for v in (grad_output, decays, output, initial_state))
+    grad_output, decays, output, initial_state = _as_tensors(grad_output, decays, output,
+                                                             initial_state)
     grad_decays, grad_impulses, grad_state = _backward(grad_output, decays, output,
                                                        initial_state, axis, reverse)
     return grad_decays, grad_impulses, None if initial_state is None else grad_state

@@ -124,14 +124,17 @@ def _final_state(b, a, xp, x, y, axis, zi, order):
     return zf
 
 
-def _state(xp, zi, x, axis: int, order: int, name: str):
-    """Validate a zi of x's shape with the axis of length ``order``."""
+def _state(xp, zi, x, axis: int, order: int, sections: int | None = None):
+    """Validate a zi: x's shape with the axis of length ``order``, after ``sections`` if given."""
     if zi is None:
         return None
     zi = xp.asarray(zi)
     expected = (*x.shape[:axis], order, *x.shape[axis + 1:])
+    lead = ""
+    if sections is not None:
+        expected, lead = (sections, *expected), "n_sections, then "
     if zi.shape != expected:
-        raise ValueError(f"`{name}` must have shape {expected} (x's shape with axis {axis} "
+        raise ValueError(f"`zi` must have shape {expected} ({lead}x's shape with axis {axis} "
                          f"of length {order}); got {zi.shape}")
     return zi
 
@@ -181,7 +184,7 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     xp, x = _signal(x, zi)
     axis = normalize_axis_index(axis, x.ndim)
     order = max(a.size, b.size) - 1
-    zi = _state(xp, zi, x, axis, order, "zi")
+    zi = _state(xp, zi, x, axis, order)
     y, zf = _filter(b, a, xp, x, axis, zi)
     return y if zf is None else (y, zf)
 
@@ -237,12 +240,7 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     sos = _sections(sos)
     xp, x = _signal(x, zi)
     axis = normalize_axis_index(axis, x.ndim)
-    if zi is not None:
-        zi = xp.asarray(zi)
-        expected = (sos.shape[0], *x.shape[:axis], 2, *x.shape[axis + 1:])
-        if zi.shape != expected:
-            raise ValueError(f"`zi` must have shape {expected} (n_sections, then x's shape with "
-                             f"axis {axis} of length 2); got {zi.shape}")
+    zi = _state(xp, zi, x, axis, 2, sections=sos.shape[0])
     work, out = _dtypes(x.dtype, sos)
     y, finals = x.astype(work), []  # sections pass double precision on; one rounding at the end
     for s, row in enumerate(sos):
