@@ -116,21 +116,27 @@ def linear_recurrence(
     if adapter is not None:
         return adapter.linear_recurrence(decays, impulses, initial_state, axis=axis,
                                          reverse=reverse, method=method)
+    return forward(decays, impulses, initial_state, axis=axis, reverse=reverse, method=method)
+
+
+def forward(decays, impulses, initial_state=None, *, axis=0, reverse=False, method="auto",
+            out=None):
+    """`linear_recurrence` on NumPy or CuPy arrays, into ``out`` when given (for adapters)."""
+    operands = {"decays": decays, "impulses": impulses, "initial_state": initial_state}
     backend = _backend.select(operands)
     dtype, arrays = _as_arrays(backend, operands)
     decays, impulses, initial_state = arrays["decays"], arrays["impulses"], arrays["initial_state"]
-    shape = _broadcast_shape(("decays", decays.shape), ("impulses", impulses.shape))
-    axis = _time_axis(axis, shape)
-    initial_state = _state(backend, initial_state, shape, axis)
-
+    shape, axis = forward_shape(decays.shape, impulses.shape,
+                                None if initial_state is None else initial_state.shape, axis)
     xp = backend.xp
-    out = xp.empty(shape, dtype)
+    out = _output(xp, out, shape, dtype, "out")
     if shape[axis] == 0:
         return out
+    state = None if initial_state is None else _state(xp, initial_state, shape, axis)
     views = [xp.broadcast_to(decays, shape), xp.broadcast_to(impulses, shape), out]
     if reverse:
         views = [xp.flip(v, axis) for v in views]
-    backend.forward(views[0], views[1], initial_state, views[2], axis, method)
+    backend.forward(views[0], views[1], state, views[2], axis, method)
     return out
 
 
@@ -220,23 +226,38 @@ def linear_recurrence_vjp(
     if adapter is not None:
         return adapter.linear_recurrence_vjp(grad_output, decays, output, initial_state,
                                              axis=axis, reverse=reverse)
+    return backward(grad_output, decays, output, initial_state, axis=axis, reverse=reverse)
+
+
+def backward(grad_output, decays, output, initial_state=None, *, axis=0, reverse=False,
+             out=None):
+    """`linear_recurrence_vjp` on NumPy or CuPy arrays (for adapters).
+
+    ``out``, when given, is ``(grad_decays, grad_impulses, grad_initial_state)``:
+    arrays each gradient is summed into (over the dimensions where theirs is 1
+    or missing), the last None without an initial state.
+    """
+    operands = {"grad_output": grad_output, "decays": decays, "output": output,
+                "initial_state": initial_state}
     backend = _backend.select(operands)
     dtype, arrays = _as_arrays(backend, operands)
     grad_output, decays, output = arrays["grad_output"], arrays["decays"], arrays["output"]
     initial_state = arrays["initial_state"]
-    shape = output.shape
-    if grad_output.shape != shape:
-        raise ValueError(
-            f"`grad_output` must have the shape of `output`; got {grad_output.shape} and {shape}"
-        )
-    _broadcast_shape(("decays", decays.shape), ("output", shape), into=shape)
-    axis = _time_axis(axis, shape)
-    state = _state(backend, initial_state, shape, axis)
-
+    state_shape = None if initial_state is None else initial_state.shape
+    shape, axis = backward_shape(grad_output.shape, decays.shape, output.shape, state_shape, axis)
+    if out is None:
+        out = (decays.shape, shape, state_shape)
+    else:
+        out = tuple(out)
+        if (out[2] is None) != (initial_state is None):
+            raise ValueError("`out` must hold a gradient of `initial_state` exactly when one "
+                             "is given")
     xp = backend.xp
-    grad_impulses = xp.empty(shape, dtype)
-    grad_decays = xp.empty(shape, dtype)
-    grad_state = None if state is None else xp.empty(state.shape, dtype)
+    full_shapes = (shape, shape, shape[:axis] + shape[axis + 1:])
+    full = tuple(None if target is None else _full(xp, target, full_shape, dtype)
+                 for target, full_shape in zip(out, full_shapes, strict=True))
+    state = None if initial_state is None else _state(xp, initial_state, shape, axis)
+    grad_decays, grad_impulses, grad_state = full
     if shape[axis] > 0:
         views = [xp.broadcast_to(grad_output, shape), xp.broadcast_to(decays, shape),
                  output, grad_decays, grad_impulses]
@@ -248,10 +269,31 @@ def linear_recurrence_vjp(
         for grad in (grad_decays, grad_state):
             if grad is not None:
                 grad[...] = 0
-    grad_decays = _sum_to_shape(xp, grad_decays, decays.shape)
-    if grad_state is not None:
-        grad_state = _sum_to_shape(xp, grad_state, initial_state.shape)
-    return grad_decays, grad_impulses, grad_state
+    return tuple(None if target is None else _sum_into(xp, grad, target)
+                 for grad, target in zip(full, out, strict=True))
+
+
+def forward_shape(decays_shape, impulses_shape, state_shape, axis) -> tuple[tuple, int]:
+    """The result's shape and the normalised time axis of a forward call, or the error."""
+    shape = _broadcast_shape(("decays", decays_shape), ("impulses", impulses_shape))
+    axis = _time_axis(axis, shape)
+    if state_shape is not None:
+        _check_state(state_shape, shape, axis)
+    return shape, axis
+
+
+def backward_shape(grad_shape, decays_shape, output_shape, state_shape, axis):
+    """The output's shape and the normalised time axis of a VJP call, or the error."""
+    shape = tuple(output_shape)
+    if tuple(grad_shape) != shape:
+        raise ValueError(
+            f"`grad_output` must have the shape of `output`; got {grad_shape} and {shape}"
+        )
+    _broadcast_shape(("decays", decays_shape), ("output", shape), into=shape)
+    axis = _time_axis(axis, shape)
+    if state_shape is not None:
+        _check_state(state_shape, shape, axis)
+    return shape, axis
 
 
 def _as_arrays(backend, operands: dict[str, object]):
@@ -287,21 +329,52 @@ def _time_axis(axis: int, shape: tuple[int, ...]) -> int:
     return normalize_axis_index(operator.index(axis), len(shape))
 
 
-def _state(backend, initial_state, shape: tuple[int, ...], axis: int):
-    """`initial_state` broadcast to the state shape (``shape`` without ``axis``)."""
-    if initial_state is None:
-        return None
-    state_shape = shape[:axis] + shape[axis + 1:]
+def _check_state(state_shape, shape: tuple[int, ...], axis: int) -> None:
+    """Raise unless `initial_state` broadcasts to the state shape (``shape`` without ``axis``)."""
+    state_shape = tuple(state_shape)
+    target = shape[:axis] + shape[axis + 1:]
     try:
-        fits = np.broadcast_shapes(initial_state.shape, state_shape) == state_shape
+        fits = np.broadcast_shapes(state_shape, target) == target
     except ValueError:
         fits = False
     if not fits:
         raise ValueError(
-            f"`initial_state` must broadcast to the state shape {state_shape} (the result's "
-            f"shape {shape} without axis {axis}); got shape {initial_state.shape}"
+            f"`initial_state` must broadcast to the state shape {target} (the result's "
+            f"shape {shape} without axis {axis}); got shape {state_shape}"
         )
-    return backend.xp.broadcast_to(initial_state, state_shape)
+
+
+def _state(xp, initial_state, shape: tuple[int, ...], axis: int):
+    """`initial_state` broadcast to the state shape (checked by `_check_state`)."""
+    return xp.broadcast_to(initial_state, shape[:axis] + shape[axis + 1:])
+
+
+def _output(xp, out, shape, dtype, name: str):
+    """``out``, checked against the shape and dtype it must have, or a new array."""
+    if out is None:
+        return xp.empty(shape, dtype)
+    if out.shape != shape or out.dtype != dtype:
+        raise ValueError(f"`{name}` must be a {dtype} array of shape {shape}; "
+                         f"got {out.dtype} and {out.shape}")
+    return out
+
+
+def _full(xp, target, shape, dtype):
+    """Where a gradient of ``shape`` is computed: ``target`` itself if it has that shape."""
+    if isinstance(target, tuple):
+        return xp.empty(shape, dtype)
+    if target.dtype != dtype:
+        raise ValueError(f"`out` must hold {dtype} arrays; got {target.dtype}")
+    return target if target.shape == shape else xp.empty(shape, dtype)
+
+
+def _sum_into(xp, grad, target):
+    """``grad`` summed to ``target``: a shape, or an array to write into."""
+    if isinstance(target, tuple):
+        return _sum_to_shape(xp, grad, target)
+    if grad is not target:
+        target[...] = _sum_to_shape(xp, grad, target.shape)
+    return target
 
 
 def _sum_to_shape(xp, array, shape: tuple[int, ...]):
