@@ -11,14 +11,22 @@ _PYTHON_SCALARS = (bool, int, float, complex)
 # Top-level module of an array type -> the backend module computing on it.
 _BACKENDS = {"numpy": "cuscan._numpy_backend", "cupy": "cuscan._cupy_backend"}
 # Frameworks whose tensors are converted (without copies) and differentiated.
-_ADAPTERS = {"torch"}
+_ADAPTERS = {"torch", "jax", "tensorflow", "interchange"}
+# Modules whose arrays belong to another library's name.
+_ALIASES = {"jaxlib": "jax"}
 
 
 def library(value: object) -> str | None:
     """The library an operand belongs to; None for scalars (Python's and NumPy's) and sequences."""
     if value is None or isinstance(value, (*_PYTHON_SCALARS, np.generic, list, tuple)):
         return None
-    return type(value).__module__.partition(".")[0]
+    module = type(value).__module__.partition(".")[0]
+    return _ALIASES.get(module, module)
+
+
+def _interchangeable(value: object) -> bool:
+    """Whether an array of another library can be viewed through DLPack or CUDA's interface."""
+    return hasattr(value, "__dlpack__") or hasattr(value, "__cuda_array_interface__")
 
 
 def _library(operands: dict[str, object]) -> tuple[str, str | None]:
@@ -35,11 +43,14 @@ def _library(operands: dict[str, object]) -> tuple[str, str | None]:
             "Convert them to one library first"
         )
     lib = next(iter(found), "numpy")
+    if lib not in _BACKENDS and lib not in _ADAPTERS and _interchangeable(operands[found[lib]]):
+        lib = "interchange"
     if lib not in _BACKENDS and lib not in _ADAPTERS:
         value = operands[found[lib]]
         raise TypeError(
             f"`{found[lib]}` is a {type(value).__qualname__} from {lib}, which cuscan does not "
-            "support; expected a NumPy or CuPy array, a torch tensor or a Python scalar"
+            "support; expected a NumPy or CuPy array, a torch, JAX or TensorFlow tensor, "
+            "an array with __dlpack__ or __cuda_array_interface__, or a Python scalar"
         )
     return lib, found.get(lib)
 
@@ -58,6 +69,18 @@ def adapter(operands: dict[str, object]) -> ModuleType | None:
         from cuscan import _torch
 
         return _torch
+    if lib == "jax":
+        from cuscan import _jax
+
+        return _jax
+    if lib == "interchange":
+        from cuscan import _interchange
+
+        return _interchange
+    if lib == "tensorflow":
+        from cuscan import _tensorflow
+
+        return _tensorflow
     return None
 
 

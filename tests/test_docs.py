@@ -11,7 +11,7 @@ from tests.conftest import require
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 # page -> the modules its examples need
-PAGES = {"torch.md": ["torch"]}
+PAGES = {"torch.md": ["torch"], "jax.md": ["jax"], "tensorflow.md": ["tensorflow"]}
 
 
 @pytest.mark.parametrize("page", sorted(PAGES))

@@ -1,0 +1,49 @@
+"""Adapter for any other array with ``__dlpack__`` or ``__cuda_array_interface__``.
+
+Such arrays are viewed, without copies, as NumPy arrays (CPU) or CuPy arrays
+(CUDA), and the results are NumPy or CuPy arrays. There is no autodiff: a
+framework that needs it has its own adapter.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cuscan import _api
+
+_DLPACK_CPU = 1
+
+
+def _is_array(value: object) -> bool:
+    return hasattr(value, "__dlpack__") or hasattr(value, "__cuda_array_interface__")
+
+
+def to_array(value):
+    """A NumPy or CuPy view of an interchange array; scalars and None pass through."""
+    if not _is_array(value):
+        return value
+    if not hasattr(value, "__cuda_array_interface__") and (
+            value.__dlpack_device__()[0] == _DLPACK_CPU):
+        return np.from_dlpack(value)
+    try:
+        import cupy
+    except ImportError as error:
+        raise TypeError(
+            f"a {type(value).__qualname__} on a GPU needs CuPy: pip install 'cuscan[cuda13]' "
+            "(or [cuda12])"
+        ) from error
+    if hasattr(value, "__cuda_array_interface__"):
+        return cupy.asarray(value)
+    return cupy.from_dlpack(value)
+
+
+def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method):
+    """``cuscan.linear_recurrence`` for interchange arrays (called by the front door)."""
+    return _api.forward(to_array(decays), to_array(impulses), to_array(initial_state),
+                        axis=axis, reverse=reverse, method=method)
+
+
+def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, reverse):
+    """``cuscan.linear_recurrence_vjp`` for interchange arrays (called by the front door)."""
+    return _api.backward(to_array(grad_output), to_array(decays), to_array(output),
+                         to_array(initial_state), axis=axis, reverse=reverse)

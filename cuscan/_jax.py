@@ -1,0 +1,174 @@
+"""JAX adapter: jax.Array in and out through XLA buffer callbacks, with a custom VJP.
+
+The forward and the VJP each run as a ``jax.experimental.buffer_callback``:
+XLA hands over its own buffers, inputs and outputs, and the core computes in
+place on them (NumPy on CPU; CuPy on GPU, on XLA's stream), so nothing is
+copied. ``jax.custom_vjp`` ties the two together, so the function works
+eagerly and under ``jit``, ``grad`` and ``vmap``. Imported only when a JAX
+array is passed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental.buffer_callback import buffer_callback
+
+from cuscan import _api, _dtypes
+
+_DLPACK_CPU = 1
+
+
+def _on_gpu(buffer) -> bool:
+    """Whether an XLA buffer lives on a GPU (asking for its CUDA interface on CPU raises)."""
+    return buffer.__dlpack_device__()[0] != _DLPACK_CPU
+
+
+def _view(buffer, writeable: bool = False):
+    """The NumPy (CPU) or CuPy (GPU) array on an XLA buffer; inputs are made read-only."""
+    if buffer is None:
+        return None
+    if not _on_gpu(buffer):
+        array = np.asarray(buffer)
+        if not writeable:
+            array = array.view()
+            array.flags.writeable = False
+        return array
+    import cupy
+
+    interface = buffer.__cuda_array_interface__
+    dtype = np.dtype(buffer.dtype)
+    # Built from the pointer so that bfloat16 needs no support in the interface.
+    storage = np.dtype(np.uint16) if dtype.name == "bfloat16" else dtype
+    size = math.prod(buffer.shape) * storage.itemsize
+    memory = cupy.cuda.UnownedMemory(interface["data"][0], size, buffer)
+    array = cupy.ndarray(buffer.shape, storage, cupy.cuda.MemoryPointer(memory, 0))
+    return array.view(dtype) if storage != dtype else array
+
+
+def _stream(ctx, buffer):
+    """A context launching CuPy on XLA's stream when the buffers are on a GPU."""
+    if not _on_gpu(buffer):
+        return contextlib.nullcontext()
+    import cupy
+
+    return cupy.cuda.ExternalStream(ctx.stream)
+
+
+@functools.cache
+def _forward_callback(axis: int, reverse: bool, method: str):
+    """The forward as a buffer callback (cached: one compiled callback per variant)."""
+
+    def callback(ctx, out, decays, impulses, initial_state):
+        with _stream(ctx, out):
+            _api.forward(_view(decays), _view(impulses), _view(initial_state), axis=axis,
+                         reverse=reverse, method=method, out=_view(out, writeable=True))
+
+    return callback
+
+
+@functools.cache
+def _backward_callback(axis: int, reverse: bool, holomorphic: bool):
+    """The VJP as a buffer callback. JAX's VJP of a holomorphic function is the
+    core's (PyTorch's) with every input conjugated: ``holomorphic`` makes it so."""
+
+    def callback(ctx, out, grad_output, decays, output, initial_state):
+        with _stream(ctx, grad_output):
+            operands = [_view(decays), _view(output), _view(initial_state)]
+            if holomorphic:
+                operands = [None if v is None else v.conj() for v in operands]
+            _api.backward(_view(grad_output), *operands, axis=axis, reverse=reverse,
+                          out=tuple(_view(o, writeable=True) for o in out))
+
+    return callback
+
+
+def _call_forward(decays, impulses, initial_state, axis, reverse, method):
+    result = jax.ShapeDtypeStruct(jnp.broadcast_shapes(decays.shape, impulses.shape),
+                                  impulses.dtype)
+    function = buffer_callback(_forward_callback(axis, reverse, method), result,
+                               vmap_method="expand_dims")
+    return function(decays, impulses, initial_state)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _recurrence(decays, impulses, initial_state, axis, reverse, method):
+    return _call_forward(decays, impulses, initial_state, axis, reverse, method)
+
+
+def _recurrence_fwd(decays, impulses, initial_state, axis, reverse, method):
+    output = _call_forward(decays, impulses, initial_state, axis, reverse, method)
+    return output, (decays, output, initial_state)
+
+
+def _call_backward(grad_output, decays, output, initial_state, axis, reverse):
+    results = tuple(None if v is None else jax.ShapeDtypeStruct(v.shape, output.dtype)
+                    for v in (decays, output, initial_state))
+    holomorphic = jnp.issubdtype(output.dtype, jnp.complexfloating)
+    function = buffer_callback(_backward_callback(axis, reverse, holomorphic), results,
+                               vmap_method="expand_dims")
+    return function(grad_output, decays, output, initial_state)
+
+
+def _recurrence_bwd(axis, reverse, _method, residuals, grad_output):
+    decays, output, initial_state = residuals
+    return _call_backward(grad_output, decays, output, initial_state, axis, reverse)
+
+
+_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
+
+
+def _as_jax(operands: dict[str, object]) -> tuple[np.dtype, dict[str, jax.Array | None]]:
+    """The result dtype, and every operand as a JAX array of it: Python scalars are weak,
+    as in the core; float64 becomes float32 unless JAX's 64-bit mode is on."""
+    dtype = jax.dtypes.canonicalize_dtype(_dtypes.result_dtype(operands))
+    return dtype, {name: None if v is None else jnp.asarray(v, dtype=dtype)
+                   for name, v in operands.items()}
+
+
+def _with_rank(array, ndim: int):
+    """``array`` with leading 1s up to ``ndim`` dimensions (so ``vmap`` adds a new axis)."""
+    if array is None:
+        return None
+    return array.reshape((1,) * (ndim - array.ndim) + array.shape)
+
+
+def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method):
+    """``cuscan.linear_recurrence`` for JAX arrays (called by the front door)."""
+    _, arrays = _as_jax({"decays": decays, "impulses": impulses, "initial_state": initial_state})
+    decays, impulses, initial_state = arrays.values()
+    state_shape = None if initial_state is None else initial_state.shape
+    shape, axis = _api.forward_shape(decays.shape, impulses.shape, state_shape, axis)
+    ndim = len(shape)
+    decays = _with_rank(decays, ndim)
+    # The impulses' gradient has the output's shape: broadcast impulses (rare) are
+    # expanded here, where JAX differentiates the broadcast itself.
+    impulses = jnp.broadcast_to(impulses, shape)
+    initial_state = _with_rank(initial_state, ndim - 1)
+    # A negative axis stays right when vmap adds leading dimensions.
+    return _recurrence(decays, impulses, initial_state, axis - ndim, reverse, method)
+
+
+def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, reverse):
+    """``cuscan.linear_recurrence_vjp`` for JAX arrays (called by the front door).
+
+    Returns JAX's convention for complex inputs (the transpose of the Jacobian,
+    without conjugation), like ``jax.vjp``.
+    """
+    _, arrays = _as_jax({"grad_output": grad_output, "decays": decays, "output": output,
+                         "initial_state": initial_state})
+    grad_output, decays, output, initial_state = arrays.values()
+    state_shape = None if initial_state is None else initial_state.shape
+    shape, axis = _api.backward_shape(grad_output.shape, decays.shape, output.shape,
+                                      state_shape, axis)
+    ndim = len(shape)
+    grads = _call_backward(grad_output, _with_rank(decays, ndim), output,
+                           _with_rank(initial_state, ndim - 1), axis - ndim, reverse)
+    grad_decays, grad_impulses, grad_state = grads
+    return (grad_decays.reshape(decays.shape), grad_impulses,
+            None if initial_state is None else grad_state.reshape(initial_state.shape))

@@ -1,0 +1,170 @@
+"""TensorFlow adapter: tf.Tensor in and out through DLPack, with a custom gradient.
+
+Eager tensors are viewed as NumPy (CPU) or CuPy (GPU) arrays through DLPack
+and results are handed back the same way, so nothing is copied. Inside a
+``tf.function`` the work runs in a ``tf.py_function``; ``tf.custom_gradient``
+makes it differentiable with the core's VJP (TensorFlow's complex convention
+is the core's). Imported only when a TensorFlow tensor is passed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from cuscan import _api, _dtypes
+
+# TensorFlow's own allocator aligns to 64 bytes; outputs it is handed are aligned alike.
+_ALIGNMENT = 64
+_BFLOAT16_STORAGE = {tf.bfloat16: tf.uint16}
+
+
+def to_array(tensor: tf.Tensor):
+    """The NumPy (CPU) or CuPy (GPU) array viewing an eager tensor's memory."""
+    bfloat16 = tensor.dtype == tf.bfloat16
+    if bfloat16:  # DLPack consumers lack bfloat16: cross as uint16 and view back
+        tensor = tf.bitcast(tensor, tf.uint16)
+    if "GPU" in tensor.device.upper():
+        import cupy
+
+        # TensorFlow does not expose its stream: its pending work is waited for instead.
+        tf.test.experimental.sync_devices()
+        array = cupy.from_dlpack(tensor)
+    else:
+        array = np.from_dlpack(tensor)
+    if bfloat16:
+        import ml_dtypes
+
+        array = array.view(ml_dtypes.bfloat16)
+    return array
+
+
+def from_array(array) -> tf.Tensor:
+    """The tensor viewing an array's memory (copied only if TensorFlow could not take it)."""
+    if not isinstance(array, np.ndarray):  # CuPy: finish before TensorFlow reads
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+    bfloat16 = array.dtype.name == "bfloat16"
+    if bfloat16:
+        array = array.view(np.uint16)
+    pointer = array.ctypes.data if isinstance(array, np.ndarray) else array.data.ptr
+    if array.flags.c_contiguous and array.flags.writeable and pointer % _ALIGNMENT == 0:
+        tensor = tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+    else:
+        tensor = tf.constant(array if isinstance(array, np.ndarray) else array.get())
+    return tf.bitcast(tensor, tf.bfloat16) if bfloat16 else tensor
+
+
+def _empty(shape: tuple[int, ...], dtype: np.dtype, like):
+    """An uninitialised C-contiguous array whose data is aligned for TensorFlow."""
+    if not isinstance(like, np.ndarray):
+        return type(like)(shape, dtype)  # CuPy's pool aligns to 512 bytes
+    size = int(np.prod(shape)) * dtype.itemsize
+    raw = np.empty(size + _ALIGNMENT, np.uint8)
+    start = -raw.ctypes.data % _ALIGNMENT
+    return raw[start:start + size].view(dtype).reshape(shape)
+
+
+def _eager(function, inputs: list[tf.Tensor], outputs: list[tf.DType], shapes):
+    """Run ``function`` on eager tensors: directly, or in a py_function inside a graph."""
+    if tf.executing_eagerly():
+        return function(*inputs)
+    results = tf.py_function(function, inputs, outputs)
+    for result, shape in zip(results, shapes, strict=True):
+        result.set_shape(shape)
+    return results
+
+
+def _forward(decays, impulses, initial_state, axis, reverse, method):
+    dtype = impulses.dtype
+
+    def run(*tensors):
+        arrays = [to_array(t) for t in tensors] + [None]
+        shape = np.broadcast_shapes(arrays[0].shape, arrays[1].shape)
+        out = _empty(shape, arrays[1].dtype, arrays[1])
+        _api.forward(arrays[0], arrays[1], arrays[2], axis=axis, reverse=reverse,
+                     method=method, out=out)
+        return [from_array(out)]
+
+    inputs = [decays, impulses] + ([] if initial_state is None else [initial_state])
+    shape = tf.broadcast_static_shape(decays.shape, impulses.shape)
+    return _eager(run, inputs, [dtype], [shape])[0]
+
+
+def _backward(grad_output, decays, output, initial_state, axis, reverse):
+    def run(*tensors):
+        grad, a, h, *state = (to_array(t) for t in tensors)
+        state = state[0] if state else None
+        out = [_empty(v.shape, h.dtype, h) for v in (a, h, state) if v is not None]
+        if state is None:
+            out.append(None)
+        _api.backward(grad, a, h, state, axis=axis, reverse=reverse, out=tuple(out))
+        return [from_array(g) for g in out if g is not None]
+
+    inputs = [grad_output, decays, output] + ([] if initial_state is None else [initial_state])
+    targets = inputs[1:]
+    return _eager(run, inputs, [output.dtype] * len(targets), [t.shape for t in targets])
+
+
+def _sum_to(grad: tf.Tensor, shape: tf.TensorShape) -> tf.Tensor:
+    lead = len(grad.shape) - len(shape)
+    axes = list(range(lead)) + [lead + i for i, n in enumerate(shape)
+                                if n == 1 and grad.shape[lead + i] != 1]
+    return tf.reshape(tf.reduce_sum(grad, axes, keepdims=True), shape) if axes else grad
+
+
+def _differentiable(decays, impulses, initial_state, axis, reverse, method):
+    @tf.custom_gradient
+    def recurrence(decays, impulses, *state):
+        initial_state = state[0] if state else None
+        output = _forward(decays, impulses, initial_state, axis, reverse, method)
+
+        def gradient(grad_output):
+            grads = _backward(grad_output, decays, output, initial_state, axis, reverse)
+            grad_impulses = _sum_to(grads[1], impulses.shape)
+            return [grads[0], grad_impulses, *grads[2:]]
+
+        return output, gradient
+
+    return recurrence(decays, impulses, *([] if initial_state is None else [initial_state]))
+
+
+def _as_tensors(operands: dict[str, object]) -> list[tf.Tensor | None]:
+    """Operands as tensors of the result dtype (Python scalars are weak, as in the core)."""
+    tensors = {name: None if v is None or _dtypes.is_python_scalar(v) else tf.convert_to_tensor(v)
+               for name, v in operands.items()}
+    stand_ins = {name: operands[name] if t is None else np.empty(0, t.dtype.as_numpy_dtype)
+                 for name, t in tensors.items()}
+    dtype = tf.as_dtype(_dtypes.result_dtype(stand_ins))
+    return [None if v is None else tf.constant(v, dtype) if t is None else tf.cast(t, dtype)
+            for v, t in zip(operands.values(), tensors.values(), strict=True)]
+
+
+def _shape(tensor: tf.Tensor | None):
+    """The static shape as a tuple; unknown dimensions are checked when the graph runs."""
+    if tensor is None:
+        return None
+    if tensor.shape.rank is None:
+        raise ValueError("cuscan needs tensors of known rank inside tf.function; got a tensor "
+                         "of unknown rank (give the tf.function an input_signature with ranks)")
+    return tuple(1 if n is None else n for n in tensor.shape)
+
+
+def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method):
+    """``cuscan.linear_recurrence`` for TensorFlow tensors (called by the front door)."""
+    decays, impulses, initial_state = _as_tensors(
+        {"decays": decays, "impulses": impulses, "initial_state": initial_state})
+    _, axis = _api.forward_shape(_shape(decays), _shape(impulses), _shape(initial_state), axis)
+    return _differentiable(decays, impulses, initial_state, axis, reverse, method)
+
+
+def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, reverse):
+    """``cuscan.linear_recurrence_vjp`` for TensorFlow tensors (called by the front door)."""
+    grad_output, decays, output, initial_state = _as_tensors(
+        {"grad_output": grad_output, "decays": decays, "output": output,
+         "initial_state": initial_state})
+    _, axis = _api.backward_shape(_shape(grad_output), _shape(decays), _shape(output),
+                                  _shape(initial_state), axis)
+    grads = _backward(grad_output, decays, output, initial_state, axis, reverse)
+    return grads[0], grads[1], grads[2] if initial_state is not None else None

@@ -1,0 +1,52 @@
+"""Arrays of other libraries, through ``__dlpack__``: viewed as NumPy arrays, never copied."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuscan
+from cuscan import _api
+from tests import reference
+
+
+class Exported:
+    """An array of a library cuscan does not know, offering only DLPack."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_forward_and_vjp_through_dlpack(monkeypatch):
+    rng = np.random.default_rng(0)
+    decays = rng.uniform(0, 1, (40, 3))
+    impulses = rng.standard_normal((40, 3))
+    seen = []
+    original = _api.forward
+
+    def record(*arrays, **kwargs):
+        seen.extend(a for a in arrays if isinstance(a, np.ndarray))
+        return original(*arrays, **kwargs)
+
+    monkeypatch.setattr(_api, "forward", record)
+    h = cuscan.linear_recurrence(Exported(decays), Exported(impulses), 1.0, reverse=True)
+    assert isinstance(h, np.ndarray)
+    np.testing.assert_allclose(h, reference.linear_recurrence(decays, impulses, 1.0,
+                                                              reverse=True), rtol=1e-12)
+    assert [a.ctypes.data for a in seen] == [decays.ctypes.data, impulses.ctypes.data]
+    grads = cuscan.linear_recurrence_vjp(Exported(np.ones_like(h)), Exported(decays), Exported(h),
+                                         reverse=True)
+    expected = cuscan.linear_recurrence_vjp(np.ones_like(h), decays, h, reverse=True)
+    for mine, theirs in zip(grads[:2], expected[:2], strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+
+
+def test_objects_without_an_interface_are_rejected():
+    with pytest.raises(TypeError, match="__dlpack__"):
+        cuscan.linear_recurrence(0.5, object())

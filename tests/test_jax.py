@@ -1,0 +1,240 @@
+"""The JAX adapter: arrays in and out without copies; jit, grad and vmap."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuscan
+from cuscan import _api
+from tests import reference
+from tests.conftest import _gpu_available, assert_close, require
+
+jax = require("jax")
+import jax.numpy as jnp  # noqa: E402  (needs jax)
+from jax.test_util import check_grads  # noqa: E402
+
+DEVICES = ["cpu", pytest.param("gpu", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    if request.param == "gpu":
+        if not _gpu_available():
+            pytest.skip("needs CuPy and a GPU")
+        try:
+            return jax.devices("gpu")[0]
+        except RuntimeError:
+            pytest.skip("needs a CUDA build of jax")
+    return jax.devices("cpu")[0]
+
+
+@pytest.fixture(autouse=True)
+def x64():
+    """64-bit types, so float64 and complex128 are tested; one test turns it off."""
+    with jax.enable_x64(True):
+        yield
+
+
+def put(device, *arrays):
+    return [jax.device_put(jnp.asarray(a), device) for a in arrays]
+
+
+def associative_scan(decays, impulses, initial_state, reverse=False):
+    """The recurrence in JAX itself, with ``lax.associative_scan``, for comparison."""
+    decays, impulses = jnp.broadcast_arrays(decays, impulses)
+    first = -1 if reverse else 0
+    impulses = impulses.at[first].add(decays[first] * initial_state)
+
+    def combine(earlier, later):
+        return earlier[0] * later[0], later[0] * earlier[1] + later[1]
+
+    return jax.lax.associative_scan(combine, (decays, impulses), reverse=reverse)[1]
+
+
+DTYPES = ["float16", "bfloat16", "float32", "float64", "complex64", "complex128"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", ["serial", "parallel"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_forward_matches_reference(device, dtype, method, reverse):
+    rng = np.random.default_rng(0)
+    values = [rng.uniform(0.5, 1, (300, 4)), rng.standard_normal((300, 4)),
+              rng.standard_normal(4)]
+    if dtype.startswith("complex"):
+        values = [v * np.exp(0.3j) for v in values]
+    decays, impulses, state = put(device, *(v.astype(dtype) for v in values))
+    h = cuscan.linear_recurrence(decays, impulses, state, method=method, reverse=reverse)
+    assert isinstance(h, jax.Array)
+    assert h.dtype == jnp.dtype(dtype)
+    assert h.devices() == {device}
+    wide = "complex128" if dtype.startswith("complex") else "float64"
+    as_numpy = [np.asarray(v).astype(wide) for v in (decays, impulses, state)]
+    expected = reference.linear_recurrence(*as_numpy, reverse=reverse)
+    scale = reference.error_scale(*as_numpy, reverse=reverse)
+    assert_close(np.asarray(h).astype(wide), expected, scale, h.dtype, 300)
+
+
+def test_layouts_broadcasting_and_scalars(device):
+    rng = np.random.default_rng(1)
+    impulses, = put(device, rng.standard_normal((6, 50, 2)))
+    impulses = jnp.transpose(impulses, (1, 2, 0))  # (50, 2, 6)
+    decays, = put(device, rng.uniform(0, 1, 6))  # time-invariant
+    h = cuscan.linear_recurrence(decays, impulses, 1.0, axis=0)
+    expected = reference.linear_recurrence(np.asarray(decays), np.asarray(impulses), 1.0)
+    np.testing.assert_allclose(np.asarray(h), expected, rtol=1e-12)
+    for axis in (1, -1, 2):
+        h = cuscan.linear_recurrence(0.5, impulses, axis=axis)
+        expected = reference.linear_recurrence(0.5, np.moveaxis(np.asarray(impulses), axis, 0))
+        np.testing.assert_allclose(np.moveaxis(np.asarray(h), axis, 0), expected, rtol=1e-12)
+    h32 = cuscan.linear_recurrence(0.5, impulses.astype(jnp.float32), axis=1)
+    assert h32.dtype == jnp.float32
+    assert cuscan.linear_recurrence(0.5j, impulses.astype(jnp.float32)).dtype == jnp.complex64
+    assert cuscan.linear_recurrence(1, jnp.arange(3)).dtype == jnp.float64
+    # Broadcast impulses (a constant input) against full decays.
+    h = cuscan.linear_recurrence(jnp.full((5, 3), 0.5), jnp.ones(3))
+    np.testing.assert_allclose(np.asarray(h), reference.linear_recurrence(
+        np.full((5, 3), 0.5), np.ones((5, 3))))
+    assert cuscan.linear_recurrence(decays, jnp.zeros((0, 6))).shape == (0, 6)
+
+
+def test_without_64_bit_mode():
+    with jax.enable_x64(False):
+        h = cuscan.linear_recurrence(0.5, jnp.arange(4))
+        assert h.dtype == jnp.float32
+        np.testing.assert_allclose(np.asarray(h), [0, 1, 2.5, 4.25])
+
+
+def _recording(monkeypatch, function_name):
+    """Record the arrays the core receives (the adapter's views of XLA's buffers)."""
+    seen = {}
+    original = getattr(_api, function_name)
+
+    def record(*arrays, out, **kwargs):
+        seen["inputs"] = [a for a in arrays if a is not None]
+        seen["out"] = [o for o in (out if isinstance(out, tuple) else (out,)) if o is not None]
+        return original(*arrays, out=out, **kwargs)
+
+    monkeypatch.setattr(_api, function_name, record)
+    return seen
+
+
+def _pointer(array) -> int:
+    return array.ctypes.data if isinstance(array, np.ndarray) else array.data.ptr
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_no_copies(device, monkeypatch, jit):
+    forward = _recording(monkeypatch, "forward")
+    decays, impulses, state = put(device, np.full((64, 3), 0.9), np.ones((64, 3)), np.ones(3))
+    function = cuscan.linear_recurrence
+    if jit:
+        function = jax.jit(function, static_argnames=("axis", "reverse", "method"))
+    h = function(decays, impulses, state)
+    h.block_until_ready()
+    assert [_pointer(a) for a in forward["inputs"]] == [
+        v.unsafe_buffer_pointer() for v in (decays, impulses, state)]
+    assert not any(a.flags.writeable for a in forward["inputs"] if isinstance(a, np.ndarray))
+    assert _pointer(forward["out"][0]) == h.unsafe_buffer_pointer()
+
+    backward = _recording(monkeypatch, "backward")
+    grads = jax.vjp(function, decays, impulses, state)[1](h)
+    pointers = [g.unsafe_buffer_pointer() for g in grads]
+    assert [_pointer(o) for o in backward["out"]] == pointers
+
+
+def test_inputs_not_modified(device):
+    decays, impulses = put(device, np.full((200, 3), 0.7), np.ones((200, 3)))
+    copies = np.asarray(decays).copy(), np.asarray(impulses).copy()
+    h, vjp = jax.vjp(lambda a, x: cuscan.linear_recurrence(a, x, reverse=True), decays, impulses)
+    vjp(jnp.ones_like(h))
+    np.testing.assert_array_equal(np.asarray(decays), copies[0])
+    np.testing.assert_array_equal(np.asarray(impulses), copies[1])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize("method", ["serial", "parallel"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_gradients_match_associative_scan(device, dtype, method, reverse):
+    rng = np.random.default_rng(2)
+    values = [rng.uniform(0, 0.9, 3), rng.standard_normal((17, 2, 3)), rng.standard_normal((1, 3))]
+    if dtype == "complex128":
+        values = [v * np.exp(1j * rng.uniform(0, 6, v.shape)) for v in values]
+    decays, impulses, state = put(device, *values)
+
+    def loss(function):
+        def value(a, x, s):
+            h = function(a, x, s)
+            return jnp.sum(jnp.abs(h) ** 2 * jnp.arange(h.size).reshape(h.shape) % 5)
+        return value
+
+    ours = jax.jit(jax.grad(loss(lambda a, x, s: cuscan.linear_recurrence(
+        a, x, s, reverse=reverse, method=method)), argnums=(0, 1, 2)))(decays, impulses, state)
+    theirs = jax.grad(loss(lambda a, x, s: associative_scan(a, x, s, reverse)),
+                      argnums=(0, 1, 2))(decays, impulses, state)
+    for mine, expected in zip(ours, theirs, strict=True):
+        assert mine.shape == expected.shape
+        np.testing.assert_allclose(np.asarray(mine), np.asarray(expected), rtol=1e-10,
+                                   atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+def test_check_grads(device, dtype):
+    rng = np.random.default_rng(3)
+    values = [rng.uniform(0, 0.9, (9, 2)), rng.standard_normal((9, 2)), rng.standard_normal(2)]
+    if dtype == "complex128":
+        values = [v * (1 + 0.5j) for v in values]
+    check_grads(lambda a, x, s: cuscan.linear_recurrence(a, x, s, method="parallel"),
+                put(device, *values), order=1, modes=["rev"])
+
+
+def test_vmap(device):
+    rng = np.random.default_rng(4)
+    decays, impulses, states = put(device, rng.uniform(0, 1, (5, 30, 3)),
+                                   rng.standard_normal((5, 30, 3)), rng.standard_normal((5, 3)))
+
+    def expected(a, x, s):
+        return np.stack([reference.linear_recurrence(*np.broadcast_arrays(ai, xi), si)
+                         for ai, xi, si in zip(*(np.broadcast_to(np.asarray(v), (5, *v.shape[-2:]))
+                                                 if v.ndim == 3 else np.asarray(v)
+                                                 for v in (a, x, s)), strict=True)])
+
+    function = jax.vmap(lambda a, x, s: cuscan.linear_recurrence(a, x, s))
+    np.testing.assert_allclose(np.asarray(function(decays, impulses, states)),
+                               expected(decays, impulses, states), rtol=1e-12)
+    # Only the impulses batched; decays time-invariant, the batch axis last.
+    function = jax.vmap(lambda x: cuscan.linear_recurrence(decays[0, 0], x, states[0]),
+                        in_axes=2, out_axes=2)
+    result = function(jnp.moveaxis(impulses, 0, 2))
+    for b in range(5):
+        np.testing.assert_allclose(np.asarray(result[..., b]), reference.linear_recurrence(
+            np.asarray(decays[0, 0]), np.asarray(impulses[b]), np.asarray(states[0])),
+            rtol=1e-12)
+    # Per-example gradients.
+    grads = jax.vmap(jax.grad(lambda a, x: jnp.sum(cuscan.linear_recurrence(a, x) ** 2)))(
+        decays, impulses)
+    for b in range(5):
+        single = jax.grad(lambda a, x: jnp.sum(associative_scan(a, x, 0.0) ** 2))(
+            decays[b], impulses[b])
+        np.testing.assert_allclose(np.asarray(grads[b]), np.asarray(single), rtol=1e-10)
+
+
+def test_vjp_function_matches_jax_vjp(device):
+    rng = np.random.default_rng(5)
+    values = [rng.uniform(0, 1, 4) * np.exp(1j), rng.standard_normal((20, 4)) + 0j,
+              rng.standard_normal(4) + 1j, rng.standard_normal((20, 4)) - 2j]
+    decays, impulses, state, cotangent = put(device, *values)
+    h, vjp = jax.vjp(lambda a, x, s: associative_scan(a, x, s), decays, impulses, state)
+    ours = cuscan.linear_recurrence_vjp(cotangent, decays, h, state)
+    for mine, expected in zip(ours, vjp(cotangent), strict=True):
+        np.testing.assert_allclose(np.asarray(mine), np.asarray(expected), rtol=1e-10)
+
+
+def test_errors_at_trace_time():
+    with pytest.raises(ValueError, match="do not broadcast"):
+        jax.jit(cuscan.linear_recurrence)(jnp.ones(3), jnp.ones(4))
+    with pytest.raises(ValueError, match="initial_state"):
+        cuscan.linear_recurrence(0.5, jnp.ones((3, 2)), jnp.ones(3))
+    with pytest.raises(TypeError, match="one library"):
+        cuscan.linear_recurrence(jnp.ones(3), np.ones(3))

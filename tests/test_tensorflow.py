@@ -1,0 +1,213 @@
+"""The TensorFlow adapter: tensors in and out without copies; tf.function and GradientTape."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cuscan
+from cuscan import _api
+from tests import reference
+from tests.conftest import assert_close, require
+
+tf = require("tensorflow")
+from cuscan import _tensorflow  # noqa: E402  (needs tensorflow)
+
+DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.complex64, tf.complex128]
+
+
+def scan(decays, impulses, initial_state, reverse=False):
+    """The recurrence in TensorFlow itself, with ``tf.scan``, for comparison."""
+    decays, impulses = tf.broadcast_to(decays, tf.shape(impulses)), impulses
+    return tf.scan(lambda h, step: step[0] * h + step[1], (decays, impulses),
+                   initializer=tf.broadcast_to(initial_state, impulses.shape[1:]),
+                   reverse=reverse)
+
+
+def _numpy(tensor, wide):
+    return _tensorflow.to_array(tensor).astype(wide)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("method", ["serial", "parallel"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_forward_matches_reference(dtype, method, reverse):
+    rng = np.random.default_rng(0)
+    values = [rng.uniform(0.5, 1, (300, 4)), rng.standard_normal((300, 4)),
+              rng.standard_normal(4)]
+    if dtype.is_complex:
+        values = [v * np.exp(0.3j) for v in values]
+    decays, impulses, state = (tf.cast(tf.constant(v), dtype) for v in values)
+    h = cuscan.linear_recurrence(decays, impulses, state, method=method, reverse=reverse)
+    assert isinstance(h, tf.Tensor)
+    assert h.dtype == dtype
+    wide = np.complex128 if dtype.is_complex else np.float64
+    as_numpy = [_numpy(v, wide) for v in (decays, impulses, state)]
+    expected = reference.linear_recurrence(*as_numpy, reverse=reverse)
+    scale = reference.error_scale(*as_numpy, reverse=reverse)
+    assert_close(_numpy(h, wide), expected, scale, _tensorflow.to_array(h).dtype, 300)
+
+
+def test_layouts_broadcasting_and_scalars():
+    rng = np.random.default_rng(1)
+    impulses = tf.transpose(tf.constant(rng.standard_normal((6, 50, 2))), (1, 2, 0))
+    decays = tf.constant(rng.uniform(0, 1, 6))
+    h = cuscan.linear_recurrence(decays, impulses, 1.0, axis=0)
+    expected = reference.linear_recurrence(decays.numpy(), impulses.numpy(), 1.0)
+    np.testing.assert_allclose(h.numpy(), expected, rtol=1e-12)
+    h = cuscan.linear_recurrence(0.5, impulses, axis=-1)
+    expected = reference.linear_recurrence(0.5, np.moveaxis(impulses.numpy(), -1, 0))
+    np.testing.assert_allclose(np.moveaxis(h.numpy(), -1, 0), expected, rtol=1e-12)
+    assert cuscan.linear_recurrence(0.5, tf.cast(impulses, tf.float32)).dtype == tf.float32
+    assert cuscan.linear_recurrence(0.5j, tf.cast(impulses, tf.float32)).dtype == tf.complex64
+    assert cuscan.linear_recurrence(1, tf.range(3)).dtype == tf.float64
+    assert cuscan.linear_recurrence(decays, tf.zeros((0, 6), tf.float64)).shape == (0, 6)
+
+
+def test_variables_and_tf_function():
+    weights = tf.Variable(tf.fill((4, 2), 0.5))
+
+    @tf.function
+    def step(impulses):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(cuscan.linear_recurrence(weights, impulses) ** 2)
+        return loss, tape.gradient(loss, weights)
+
+    impulses = tf.ones((4, 2))
+    loss, grad = step(impulses)
+    with tf.GradientTape() as tape:
+        expected_loss = tf.reduce_sum(scan(weights, impulses, 0.0) ** 2)
+    np.testing.assert_allclose(loss.numpy(), expected_loss.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(grad.numpy(), tape.gradient(expected_loss, weights).numpy(),
+                               rtol=1e-6)
+
+
+def test_tf_function_with_unknown_dimensions():
+    function = tf.function(lambda a, x: cuscan.linear_recurrence(a, x, reverse=True),
+                           input_signature=[tf.TensorSpec([None], tf.float32),
+                                            tf.TensorSpec([None, None], tf.float32)])
+    h = function(tf.fill((3,), 0.5), tf.ones((5, 3)))
+    assert h.shape == (5, 3)
+    np.testing.assert_allclose(h.numpy(), reference.linear_recurrence(
+        0.5, np.ones((5, 3)), reverse=True), rtol=1e-6)
+    with pytest.raises(ValueError, match="known rank"):
+        tf.function(lambda x: cuscan.linear_recurrence(0.5, x),
+                    input_signature=[tf.TensorSpec(None, tf.float32)]).get_concrete_function()
+
+
+def _recording(monkeypatch, function_name):
+    seen = {}
+    original = getattr(_api, function_name)
+
+    def record(*arrays, out, **kwargs):
+        seen["inputs"] = [a for a in arrays if a is not None]
+        seen["out"] = [o for o in (out if isinstance(out, tuple) else (out,)) if o is not None]
+        return original(*arrays, out=out, **kwargs)
+
+    monkeypatch.setattr(_api, function_name, record)
+    return seen
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16, tf.complex128])
+def test_no_copies(monkeypatch, graph, dtype):
+    forward = _recording(monkeypatch, "forward")
+    backward = _recording(monkeypatch, "backward")
+    decays, impulses, state = (tf.cast(tf.fill(shape, 0.5), dtype)
+                               for shape in ((64, 3), (64, 3), (3,)))
+
+    def run(a, x, s):
+        with tf.GradientTape() as tape:
+            tape.watch([a, x, s])
+            h = cuscan.linear_recurrence(a, x, s)
+        return h, tape.gradient(h, [a, x, s], output_gradients=h)
+
+    h, grads = tf.function(run)(decays, impulses, state) if graph else run(decays, impulses,
+                                                                          state)
+
+    def pointer(value):
+        return _tensorflow.to_array(value).ctypes.data
+
+    assert [a.ctypes.data for a in forward["inputs"]] == [pointer(v) for v in
+                                                          (decays, impulses, state)]
+    assert forward["out"][0].ctypes.data == pointer(h)
+    assert [o.ctypes.data for o in backward["out"]] == [pointer(g) for g in grads]
+
+
+def test_conversions_share_memory():
+    for dtype in (tf.float32, tf.bfloat16, tf.complex64, tf.float16):
+        tensor = tf.cast(tf.reshape(tf.range(35), (7, 5)), dtype)
+        array = _tensorflow.to_array(tensor)
+        assert array.shape == (7, 5)
+        assert not array.flags.writeable  # TensorFlow's memory is never written
+        result = _tensorflow._empty(array.shape, array.dtype, array)
+        back = _tensorflow.from_array(result)
+        assert back.dtype == dtype
+        assert _tensorflow.to_array(back).ctypes.data == result.ctypes.data
+    # What TensorFlow cannot take in place (unaligned, strided) is copied, never crashed on.
+    raw = np.arange(40, dtype=np.float32)
+    for array in (raw[1:33], raw[::2], raw[1:31].reshape(5, 6).T, tensor.numpy()):
+        np.testing.assert_array_equal(_tensorflow.from_array(array).numpy(), array)
+
+
+def test_inputs_not_modified():
+    decays, impulses = tf.fill((200, 3), 0.7), tf.ones((200, 3), tf.float64) * 2
+    decays = tf.cast(decays, tf.float64)
+    copies = decays.numpy().copy(), impulses.numpy().copy()
+    with tf.GradientTape() as tape:
+        tape.watch([decays, impulses])
+        h = cuscan.linear_recurrence(decays, impulses, reverse=True)
+    tape.gradient(h, [decays, impulses])
+    np.testing.assert_array_equal(decays.numpy(), copies[0])
+    np.testing.assert_array_equal(impulses.numpy(), copies[1])
+
+
+@pytest.mark.parametrize("dtype", [tf.float64, tf.complex128])
+@pytest.mark.parametrize("method", ["serial", "parallel"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_gradients_match_gradient_tape(dtype, method, reverse):
+    rng = np.random.default_rng(2)
+    values = [rng.uniform(0, 0.9, 3), rng.standard_normal((17, 2, 3)), rng.standard_normal((1, 3))]
+    if dtype.is_complex:
+        values = [v * np.exp(1j * rng.uniform(0, 6, v.shape)) for v in values]
+    inputs = [tf.constant(v) for v in values]
+    weights = tf.constant(np.arange(17 * 2 * 3).reshape(17, 2, 3) % 5, tf.float64)
+
+    def gradients(function):
+        with tf.GradientTape() as tape:
+            tape.watch(inputs)
+            loss = tf.reduce_sum(tf.abs(function(*inputs)) ** 2 * weights)
+        return tape.gradient(loss, inputs)
+
+    ours = gradients(lambda a, x, s: cuscan.linear_recurrence(a, x, s, reverse=reverse,
+                                                              method=method))
+    theirs = gradients(lambda a, x, s: scan(a, x, s, reverse=reverse))
+    for mine, expected in zip(ours, theirs, strict=True):
+        assert mine.shape == expected.shape
+        np.testing.assert_allclose(mine.numpy(), expected.numpy(), rtol=1e-10, atol=1e-10)
+
+
+def test_vjp_function():
+    rng = np.random.default_rng(5)
+    decays, impulses, grad = (tf.constant(rng.standard_normal((20, 4))) for _ in range(3))
+    state = tf.constant(rng.standard_normal(4))
+    h = cuscan.linear_recurrence(decays, impulses, state)
+    with tf.GradientTape() as tape:
+        tape.watch([decays, impulses, state])
+        output = scan(decays, impulses, state)
+    expected = tape.gradient(output, [decays, impulses, state], output_gradients=grad)
+    ours = cuscan.linear_recurrence_vjp(grad, decays, h, state)
+    for mine, theirs in zip(ours, expected, strict=True):
+        np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-10)
+    assert cuscan.linear_recurrence_vjp(grad, decays, h)[2] is None
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="do not broadcast"):
+        cuscan.linear_recurrence(tf.ones(3), tf.ones(4))
+    with pytest.raises(ValueError, match="initial_state"):
+        tf.function(lambda x: cuscan.linear_recurrence(0.5, x, tf.ones(3)))(tf.ones((3, 2)))
+    with pytest.raises(TypeError, match="one library"):
+        cuscan.linear_recurrence(tf.ones(3), np.ones(3))
+    with pytest.raises(TypeError, match="does not support"):
+        cuscan.linear_recurrence(0.5, tf.constant(["a", "b"]))
