@@ -54,8 +54,8 @@ def linear_recurrence(
     h : ndarray or Tensor
         The states, with the broadcast shape of `decays` and `impulses`, the
         dtype NumPy promotion gives them and `initial_state` (bool and integer
-        inputs give float64), of the inputs' library (NumPy, CuPy or torch,
-        differentiable) and on their device.
+        inputs give float64), of the inputs' library (NumPy, CuPy, or torch,
+        JAX or TensorFlow, differentiable) and on their device.
 
     Raises
     ------
