@@ -1,0 +1,12 @@
+"""Linear recurrent layers for PyTorch: GILR, GILR-LSTM, SRU and QRNN.
+
+Each is a stack of ``num_layers`` layers with ``torch.nn.LSTM``'s conventions
+(time-major unless ``batch_first``, states stacked along a leading layer
+dimension) and a ``method`` argument that switches the recurrences between
+the serial loop and the parallel scan without changing the numbers beyond
+rounding. Importing ``cuscan.nn`` imports torch.
+"""
+
+from cuscan.nn._layers import GILR, GILRLSTM, QRNN, SRU
+
+__all__ = ["GILR", "GILRLSTM", "QRNN", "SRU"]

@@ -1,0 +1,303 @@
+"""The paper's linear recurrent layers, as torch modules over ``cuscan.linear_recurrence``."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cuscan import _api
+
+
+def _scan(decays, impulses, initial_state, method):
+    """The recurrence along time (axis 0 of ``(T, B, H)``)."""
+    return _api.linear_recurrence(decays, impulses, initial_state, axis=0, method=method)
+
+
+def _previous(states, initial_state):
+    """``states`` shifted one step later in time: ``s[t-1]``, with ``initial_state`` first."""
+    first = (torch.zeros_like(states[:1]) if initial_state is None
+             else initial_state.unsqueeze(0).expand_as(states[:1]))
+    return torch.cat([first, states[:-1]])
+
+
+class _Stack(nn.Module):
+    """Layers of one kind stacked; handles ``batch_first``, ``method`` and the states.
+
+    Subclasses make their layers with ``_layer(input_size, hidden_size)``; a layer
+    maps time-major ``(T, B, input)`` and its state (or None) to ``(T, B, hidden)``
+    and its final state. States stack along a leading layer dimension.
+    """
+
+    state_names: tuple[str, ...] = ("h",)
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, *,
+                 batch_first: bool = False, method: str = "auto", **layer_options):
+        super().__init__()
+        if num_layers < 1:
+            raise ValueError(f"`num_layers` must be at least 1; got {num_layers}")
+        if method not in _api.METHODS:
+            raise ValueError(
+                f"`method` must be one of {', '.join(map(repr, _api.METHODS))}; got {method!r}")
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.batch_first, self.method = batch_first, method
+        self.layers = nn.ModuleList(
+            self._layer(input_size if i == 0 else hidden_size, hidden_size, **layer_options)
+            for i in range(num_layers))
+
+    def _layer(self, input_size: int, hidden_size: int, **options) -> nn.Module:
+        raise NotImplementedError
+
+    def forward(self, inputs: torch.Tensor, state=None):
+        """Run the stack over a sequence.
+
+        Parameters
+        ----------
+        inputs : Tensor
+            ``(T, B, input_size)``, or ``(B, T, input_size)`` with ``batch_first``.
+        state : Tensor or tuple of Tensor, optional
+            The initial state: ``(num_layers, B, hidden_size)`` per state tensor
+            (see ``state_names``); zeros when omitted.
+
+        Returns
+        -------
+        output : Tensor
+            The last layer's outputs, ``(T, B, hidden_size)`` (batch first with
+            ``batch_first``).
+        state : Tensor or tuple of Tensor
+            The final state, in the layout of `state`.
+        """
+        if inputs.ndim != 3 or inputs.shape[-1] != self.input_size:
+            order = "(B, T, input_size)" if self.batch_first else "(T, B, input_size)"
+            raise ValueError(f"expected inputs of shape {order} with input_size "
+                             f"{self.input_size}; got shape {tuple(inputs.shape)}")
+        x = inputs.transpose(0, 1) if self.batch_first else inputs
+        states = self._split(state, x.shape[1])
+        finals = []
+        for layer, layer_state in zip(self.layers, states, strict=True):
+            x, final = layer(x, layer_state, self.method)
+            finals.append(final)
+        output = x.transpose(0, 1) if self.batch_first else x
+        return output, self._join(finals)
+
+    def _split(self, state, batch: int) -> list:
+        """Per-layer states (None for zeros) from the stacked layout."""
+        if state is None:
+            return [None] * self.num_layers
+        parts = (state,) if len(self.state_names) == 1 else tuple(state)
+        expected = (self.num_layers, batch, self.hidden_size)
+        if len(parts) != len(self.state_names) or any(p.shape != expected for p in parts):
+            got = [tuple(p.shape) for p in parts]
+            raise ValueError(f"expected the state as {len(self.state_names)} tensor(s) "
+                             f"{self.state_names} of shape {expected}; got shapes {got}")
+        layers = list(zip(*(p.unbind(0) for p in parts), strict=True))
+        return [layer[0] if len(layer) == 1 else layer for layer in layers]
+
+    def _join(self, finals: list):
+        if len(self.state_names) == 1:
+            return torch.stack(finals)
+        return tuple(torch.stack(parts) for parts in zip(*finals, strict=True))
+
+    def extra_repr(self) -> str:
+        return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
+                f"batch_first={self.batch_first}, method={self.method!r}")
+
+
+class _GILRLayer(nn.Module):
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.linear = nn.Linear(input_size, 2 * hidden_size)  # U and V with b_g, b_z
+
+    def forward(self, x, state, method):
+        gate, impulse = self.linear(x).chunk(2, dim=-1)
+        gate = torch.sigmoid(gate)
+        h = _scan(gate, (1 - gate) * torch.tanh(impulse), state, method)
+        return h, h[-1] if len(h) else _initial(state, h)
+
+
+def _initial(state, like):
+    """The final state of an empty sequence: the initial one (zeros when None)."""
+    return like.new_zeros(like.shape[1:]) if state is None else state
+
+
+class GILR(_Stack):
+    r"""Gated impulse linear recurrent layers (Martin & Cundy 2018, section 3.1).
+
+    .. math::
+
+        g_t = \sigma(U x_t + b_g), \quad i_t = \tanh(V x_t + b_z), \quad
+        h_t = g_t \odot h_{t-1} + (1 - g_t) \odot i_t
+
+    Parameters
+    ----------
+    input_size, hidden_size : int
+        Features in and out.
+    num_layers : int, default 1
+        Layers stacked; each after the first reads the previous one's ``h``.
+    batch_first : bool, default False
+        Inputs and outputs are ``(B, T, features)`` instead of ``(T, B, features)``.
+    method : {"auto", "serial", "parallel"}, default "auto"
+        How ``cuscan.linear_recurrence`` runs; the numbers agree to rounding.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from cuscan.nn import GILR
+    >>> layer = GILR(4, 8, num_layers=2)
+    >>> output, h = layer(torch.randn(100, 3, 4))
+    >>> output.shape, h.shape
+    (torch.Size([100, 3, 8]), torch.Size([2, 3, 8]))
+    """
+
+    def _layer(self, input_size, hidden_size):
+        return _GILRLayer(input_size, hidden_size)
+
+
+class _GILRLSTMLayer(nn.Module):
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.surrogate = _GILRLayer(input_size, hidden_size)  # V_g, V_j
+        self.inputs = nn.Linear(input_size, 4 * hidden_size)  # V_{f,i,o,z}, b_{f,i,o,z}
+        self.recurrent = nn.Linear(hidden_size, 4 * hidden_size, bias=False)  # U_{f,i,o,z}
+
+    def forward(self, x, state, method):
+        surrogate_state, cell_state = (None, None) if state is None else state
+        surrogate, surrogate_final = self.surrogate(x, surrogate_state, method)
+        pre = self.inputs(x) + self.recurrent(_previous(surrogate, surrogate_state))
+        forget, inp, out, candidate = pre.chunk(4, dim=-1)
+        forget = torch.sigmoid(forget)
+        c = _scan(forget, torch.sigmoid(inp) * torch.tanh(candidate), cell_state, method)
+        h = torch.sigmoid(out) * c
+        return h, (surrogate_final, c[-1] if len(c) else _initial(cell_state, c))
+
+
+class GILRLSTM(_Stack):
+    r"""GILR-LSTM layers: an LSTM whose gates read a GILR surrogate of ``h``
+    (Martin & Cundy 2018, section 3.2).
+
+    .. math::
+
+        g_t &= \sigma(V_g x_t + b_g), \quad j_t = \tanh(V_j x_t + b_j), \quad
+        \tilde h_t = g_t \odot \tilde h_{t-1} + (1 - g_t) \odot j_t \\
+        f_t, i_t, o_t &= \sigma(U_{f,i,o} \tilde h_{t-1} + V_{f,i,o} x_t + b_{f,i,o}),
+        \quad z_t = \tanh(U_z \tilde h_{t-1} + V_z x_t + b_z) \\
+        c_t &= f_t \odot c_{t-1} + i_t \odot z_t, \quad h_t = o_t \odot c_t
+
+    Both recurrences (the surrogate and the cell) are linear, so the whole
+    layer is parallel over time. Parameters as for :class:`GILR`; the state
+    is the pair ``(surrogate, cell)``, each ``(num_layers, B, hidden_size)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from cuscan.nn import GILRLSTM
+    >>> output, (surrogate, cell) = GILRLSTM(4, 8)(torch.randn(100, 3, 4))
+    >>> output.shape, cell.shape
+    (torch.Size([100, 3, 8]), torch.Size([1, 3, 8]))
+    """
+
+    state_names = ("surrogate", "cell")
+
+    def _layer(self, input_size, hidden_size):
+        return _GILRLSTMLayer(input_size, hidden_size)
+
+
+class _SRULayer(nn.Module):
+    def __init__(self, input_size: int, hidden_size: int):
+        super().__init__()
+        self.linear = nn.Linear(input_size, 3 * hidden_size)  # W, W_f with b_f, W_r with b_r
+        with torch.no_grad():
+            self.linear.bias[:hidden_size].zero_()
+        # The highway needs x in the hidden size: a projection when the sizes differ.
+        self.highway = (nn.Identity() if input_size == hidden_size
+                        else nn.Linear(input_size, hidden_size, bias=False))
+
+    def forward(self, x, state, method):
+        candidate, forget, reset = self.linear(x).chunk(3, dim=-1)
+        forget, reset = torch.sigmoid(forget), torch.sigmoid(reset)
+        c = _scan(forget, (1 - forget) * candidate, state, method)
+        h = reset * torch.tanh(c) + (1 - reset) * self.highway(x)
+        return h, c[-1] if len(c) else _initial(state, c)
+
+
+class SRU(_Stack):
+    r"""Simple recurrent units (Lei et al. 2017), their recurrence computed in parallel.
+
+    .. math::
+
+        \tilde x_t = W x_t, \quad f_t = \sigma(W_f x_t + b_f), \quad
+        r_t = \sigma(W_r x_t + b_r) \\
+        c_t = f_t \odot c_{t-1} + (1 - f_t) \odot \tilde x_t, \quad
+        h_t = r_t \odot \tanh(c_t) + (1 - r_t) \odot x_t
+
+    Where ``input_size != hidden_size`` the highway term uses a learned
+    projection of ``x_t``. Parameters as for :class:`GILR`; the state is ``c``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from cuscan.nn import SRU
+    >>> output, c = SRU(8, 8, num_layers=3, batch_first=True)(torch.randn(2, 50, 8))
+    >>> output.shape, c.shape
+    (torch.Size([2, 50, 8]), torch.Size([3, 2, 8]))
+    """
+
+    def _layer(self, input_size, hidden_size):
+        return _SRULayer(input_size, hidden_size)
+
+
+class _QRNNLayer(nn.Module):
+    def __init__(self, input_size: int, hidden_size: int, window: int):
+        super().__init__()
+        self.window = window
+        # One causal convolution giving Z, F and O.
+        self.conv = nn.Conv1d(input_size, 3 * hidden_size, window)
+
+    def forward(self, x, state, method):
+        # (T, B, m) -> (B, m, T), zero-padded on the left so step t sees x[t-k+1 .. t].
+        if len(x):
+            padded = nn.functional.pad(x.permute(1, 2, 0), (self.window - 1, 0))
+            pre = self.conv(padded).permute(2, 0, 1)
+        else:  # torch's convolution refuses empty inputs
+            pre = x.new_zeros(0, x.shape[1], self.conv.out_channels)
+        z, f, o = pre.chunk(3, dim=-1)
+        f = torch.sigmoid(f)
+        c = _scan(f, (1 - f) * torch.tanh(z), state, method)
+        h = torch.sigmoid(o) * c
+        return h, c[-1] if len(c) else _initial(state, c)
+
+
+class QRNN(_Stack):
+    r"""Quasi-recurrent layers with fo-pooling (Bradbury et al. 2017).
+
+    .. math::
+
+        Z = \tanh(W_z * X), \quad F = \sigma(W_f * X), \quad O = \sigma(W_o * X) \\
+        c_t = f_t \odot c_{t-1} + (1 - f_t) \odot z_t, \quad h_t = o_t \odot c_t
+
+    where ``*`` is a causal convolution over time of width `window`: step
+    ``t`` sees inputs ``t - window + 1`` to ``t``, with zeros before the
+    sequence's start. Parameters as for :class:`GILR`, plus `window` (the
+    filter width, default 2); the state is ``c``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from cuscan.nn import QRNN
+    >>> output, c = QRNN(4, 8, window=10)(torch.randn(100, 3, 4))
+    >>> output.shape, c.shape
+    (torch.Size([100, 3, 8]), torch.Size([1, 3, 8]))
+    """
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, *,
+                 window: int = 2, batch_first: bool = False, method: str = "auto"):
+        if window < 1:
+            raise ValueError(f"`window` must be at least 1; got {window}")
+        super().__init__(input_size, hidden_size, num_layers, batch_first=batch_first,
+                         method=method, window=window)
+
+    def _layer(self, input_size, hidden_size, window):
+        return _QRNNLayer(input_size, hidden_size, window)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", window={self.layers[0].window}"
+

@@ -1,0 +1,199 @@
+"""The layers of cuscan.nn: their equations, both methods, shapes, states and gradients."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import require
+
+torch = require("torch")
+from cuscan.nn import GILR, GILRLSTM, QRNN, SRU, _layers  # noqa: E402  (needs torch)
+
+
+def loop_reference(model, x, state=None):
+    """The layers' equations stepped one time step at a time in plain torch (time-major)."""
+    finals = []
+    for index, layer in enumerate(model.layers):
+        layer_state = None if state is None else (
+            tuple(s[index] for s in state) if isinstance(state, tuple) else state[index])
+        x, final = _loop_layer(layer, x, layer_state)
+        finals.append(final)
+    if isinstance(finals[0], tuple):
+        return x, tuple(torch.stack(parts) for parts in zip(*finals, strict=True))
+    return x, torch.stack(finals)
+
+
+def _loop_layer(layer, x, state):
+    steps, batch = x.shape[:2]
+    hidden = layer.recurrent.in_features if isinstance(layer, _layers._GILRLSTMLayer) else (
+        layer.linear.out_features // 2 if isinstance(layer, _layers._GILRLayer) else
+        layer.linear.out_features // 3 if isinstance(layer, _layers._SRULayer) else
+        layer.conv.out_channels // 3)
+    zeros = x.new_zeros(batch, hidden)
+    outputs = []
+    if isinstance(layer, _layers._GILRLayer):
+        h = zeros if state is None else state
+        for t in range(steps):
+            g, i = layer.linear(x[t]).chunk(2, dim=-1)
+            g = torch.sigmoid(g)
+            h = g * h + (1 - g) * torch.tanh(i)
+            outputs.append(h)
+        return torch.stack(outputs), h
+    if isinstance(layer, _layers._GILRLSTMLayer):
+        surrogate, c = (zeros, zeros) if state is None else state
+        for t in range(steps):
+            g, j = layer.surrogate.linear(x[t]).chunk(2, dim=-1)
+            g = torch.sigmoid(g)
+            pre = layer.inputs(x[t]) + surrogate @ layer.recurrent.weight.T
+            f, i, o, z = pre.chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(z)
+            outputs.append(torch.sigmoid(o) * c)
+            surrogate = g * surrogate + (1 - g) * torch.tanh(j)  # h~_t, read at t + 1
+        return torch.stack(outputs), (surrogate, c)
+    if isinstance(layer, _layers._SRULayer):
+        c = zeros if state is None else state
+        for t in range(steps):
+            candidate, f, r = layer.linear(x[t]).chunk(3, dim=-1)
+            f, r = torch.sigmoid(f), torch.sigmoid(r)
+            c = f * c + (1 - f) * candidate
+            outputs.append(r * torch.tanh(c) + (1 - r) * layer.highway(x[t]))
+        return torch.stack(outputs), c
+    c = zeros if state is None else state
+    weight, bias = layer.conv.weight, layer.conv.bias  # (3H, m, k)
+    for t in range(steps):
+        pre = bias.expand(batch, -1).clone()
+        for k in range(layer.window):  # tap k reads x[t - (window - 1) + k]
+            source = t - (layer.window - 1) + k
+            if source >= 0:
+                pre = pre + x[source] @ weight[:, :, k].T
+        z, f, o = pre.chunk(3, dim=-1)
+        f = torch.sigmoid(f)
+        c = f * c + (1 - f) * torch.tanh(z)
+        outputs.append(torch.sigmoid(o) * c)
+    return torch.stack(outputs), c
+
+
+MODELS = {
+    "gilr": lambda m, h, **kw: GILR(m, h, **kw),
+    "gilr-lstm": lambda m, h, **kw: GILRLSTM(m, h, **kw),
+    "sru": lambda m, h, **kw: SRU(m, h, **kw),
+    "sru-square": lambda m, h, **kw: SRU(h, h, **kw),
+    "qrnn-1": lambda m, h, **kw: QRNN(m, h, window=1, **kw),
+    "qrnn-2": lambda m, h, **kw: QRNN(m, h, window=2, **kw),
+    "qrnn-10": lambda m, h, **kw: QRNN(m, h, window=10, **kw),
+}
+
+
+def make(name, method="auto", num_layers=2, batch_first=False, inputs=3, hidden=5):
+    torch.manual_seed(0)
+    model = MODELS[name](inputs, hidden, num_layers=num_layers, batch_first=batch_first,
+                         method=method).double()
+    return model, model.input_size
+
+
+def random_state(model, batch, generator):
+    shape = (model.num_layers, batch, model.hidden_size)
+    parts = tuple(torch.randn(shape, generator=generator, dtype=torch.float64)
+                  for _ in model.state_names)
+    return parts[0] if len(parts) == 1 else parts
+
+
+def flat(state):
+    return list(state) if isinstance(state, tuple) else [state]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("method", ["serial", "parallel"])
+def test_matches_the_equations(name, method):
+    model, inputs = make(name, method)
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(300, 4, inputs, generator=generator, dtype=torch.float64)
+    state = random_state(model, 4, generator)
+    output, final = model(x, state)
+    expected, expected_final = loop_reference(model, x, state)
+    torch.testing.assert_close(output, expected, rtol=1e-10, atol=1e-10)
+    for mine, theirs in zip(flat(final), flat(expected_final), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_methods_agree_in_value_and_gradient(name):
+    generator = torch.Generator().manual_seed(2)
+    results = []
+    for method in ("serial", "parallel"):
+        model, inputs = make(name, method, hidden=16)
+        x = torch.randn(1000, 3, inputs, generator=torch.Generator().manual_seed(3),
+                        dtype=torch.float64, requires_grad=True)
+        output, final = model(x)
+        loss = (output * torch.randn(output.shape, generator=generator.manual_seed(4),
+                                     dtype=torch.float64)).sum() + sum(s.sum() for s in flat(final))
+        loss.backward()
+        results.append([output, x.grad, *(p.grad for p in model.parameters())])
+    for serial, parallel in zip(*results, strict=True):
+        torch.testing.assert_close(parallel, serial, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_shapes_batch_first_and_states(name):
+    model, inputs = make(name, batch_first=True, num_layers=3)
+    x = torch.randn(2, 17, inputs, dtype=torch.float64)
+    output, final = model(x)
+    assert output.shape == (2, 17, model.hidden_size)
+    assert all(s.shape == (3, 2, model.hidden_size) for s in flat(final))
+    time_major, _ = make(name, batch_first=False, num_layers=3)
+    expected, expected_final = time_major(x.transpose(0, 1))
+    torch.testing.assert_close(output, expected.transpose(0, 1))
+    for mine, theirs in zip(flat(final), flat(expected_final), strict=True):
+        torch.testing.assert_close(mine, theirs)
+    # An empty sequence returns the initial state.
+    state = random_state(model, 2, torch.Generator().manual_seed(5))
+    output, final = model(x[:, :0], state)
+    assert output.shape == (2, 0, model.hidden_size)
+    for mine, given in zip(flat(final), flat(state), strict=True):
+        torch.testing.assert_close(mine, given)
+
+
+@pytest.mark.parametrize("name", ["gilr", "gilr-lstm", "sru", "qrnn-1"])
+def test_state_carries_across_blocks(name):
+    """Run in two blocks, the final state of the first starting the second: the same as
+    one run (a QRNN with a wider window would also need the previous inputs)."""
+    model, inputs = make(name)
+    x = torch.randn(120, 3, inputs, dtype=torch.float64)
+    whole, final = model(x)
+    first, middle = model(x[:50])
+    second, final_blocks = model(x[50:], middle)
+    torch.testing.assert_close(torch.cat([first, second]), whole)
+    for mine, theirs in zip(flat(final_blocks), flat(final), strict=True):
+        torch.testing.assert_close(mine, theirs)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_gradcheck(name):
+    model, inputs = make(name, "parallel", hidden=2)
+    x = torch.randn(6, 2, inputs, dtype=torch.float64, requires_grad=True)
+    state = random_state(model, 2, torch.Generator().manual_seed(6))
+    state = tuple(s.requires_grad_() for s in flat(state))
+
+    def function(x, *state):
+        output, final = model(x, state if len(state) > 1 else state[0])
+        return output, *flat(final)
+
+    assert torch.autograd.gradcheck(function, (x, *state))
+
+
+def test_errors():
+    model = GILR(3, 4)
+    with pytest.raises(ValueError, match=r"\(T, B, input_size\) with input_size 3"):
+        model(torch.randn(5, 2, 4))
+    with pytest.raises(ValueError, match=r"\(B, T, input_size\)"):
+        GILR(3, 4, batch_first=True)(torch.randn(5, 2))
+    with pytest.raises(ValueError, match=r"shape \(1, 2, 4\)"):
+        model(torch.randn(5, 2, 3), torch.zeros(2, 2, 4))
+    with pytest.raises(ValueError, match=r"\('surrogate', 'cell'\)"):
+        GILRLSTM(3, 4)(torch.randn(5, 2, 3), torch.zeros(1, 2, 4))
+    with pytest.raises(ValueError, match="method"):
+        SRU(3, 4, method="fast")
+    with pytest.raises(ValueError, match="window"):
+        QRNN(3, 4, window=0)
+    with pytest.raises(ValueError, match="num_layers"):
+        QRNN(3, 4, num_layers=0)
