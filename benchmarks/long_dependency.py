@@ -1,0 +1,205 @@
+"""The paper's long-dependency experiment (its Table 3): remember the sign of the first step.
+
+Problem 2b of Hochreiter & Schmidhuber (1997) as in Martin & Cundy (2018),
+section 4.2: each sequence is ``length`` one-hot vectors in ``p = 128``
+dimensions drawn at random, except the first, which is ``+e1`` or ``-e1``; the
+label is that sign. A two-layer network reads the whole sequence and
+classifies it from its last output. Training stops at convergence - five
+consecutive minibatches classified 100% right - or at a limit.
+
+    python -m benchmarks.long_dependency --model gilr-lstm --length 1024
+    python -m benchmarks.long_dependency --model lstm --length 1024
+    python -m benchmarks.long_dependency --model gilr-lstm --length 1048576 --hidden 64 \\
+        --checkpoint run.pt   # run again with the same arguments to resume
+
+Writes ``results/long_dependency_<model>_<length>.json`` (settings, iterations,
+wall time, the learning curve, device and versions) and a PNG of the curve
+beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks import _common
+from cuscan.nn import GILRLSTM
+
+P = 128  # input dimension
+CONVERGED_AFTER = 5  # consecutive minibatches at 100% accuracy
+
+
+def batch(length: int, size: int, generator: torch.Generator, device) -> tuple:
+    """A minibatch: one-hot inputs ``(length, size, P)`` and labels ``(size,)`` (0 or 1)."""
+    signs = torch.randint(0, 2, (size,), generator=generator) * 2 - 1
+    positions = torch.randint(0, P, (length, size), generator=generator)
+    positions[0] = 0
+    inputs = torch.zeros(length, size, P)
+    inputs.scatter_(2, positions.unsqueeze(-1), 1.0)
+    inputs[0, :, 0] = signs.float()
+    return inputs.to(device), (signs > 0).float().to(device)
+
+
+def chrono(size: int, length: int) -> torch.Tensor:
+    """Gate biases ``log(u)``, ``u ~ U(1, length - 1)``: memories lasting up to ``length``
+    steps from the start (Tallec & Ollivier 2018, "Can recurrent neural networks warp time?").
+    With the usual zero-centred biases, gates near 0.5 forget the first step long before
+    the last, and the gradient that would teach them to remember vanishes."""
+    return torch.log(torch.empty(size).uniform_(1, max(length - 1, 2)))
+
+
+class Classifier(torch.nn.Module):
+    """Two recurrent layers and a linear unit reading the last output.
+
+    Both recurrent models get the same chrono initialisation of their forget
+    gates (and the GILR-LSTM of its surrogate's gate), with the input gate
+    biased the other way.
+    """
+
+    def __init__(self, model: str, hidden: int, length: int, method: str = "auto"):
+        super().__init__()
+        if model == "gilr-lstm":
+            self.recurrent = GILRLSTM(P, hidden, num_layers=2, method=method)
+            with torch.no_grad():
+                for layer in self.recurrent.layers:
+                    layer.surrogate.linear.bias[:hidden] = chrono(hidden, length)
+                    forget = chrono(hidden, length)  # gate order: forget, input, output, z
+                    layer.inputs.bias[:hidden] = forget
+                    layer.inputs.bias[hidden:2 * hidden] = -forget
+        elif model == "lstm":
+            self.recurrent = torch.nn.LSTM(P, hidden, num_layers=2)
+            with torch.no_grad():
+                for k in range(2):  # gate order: input, forget, cell, output
+                    forget = chrono(hidden, length)
+                    getattr(self.recurrent, f"bias_ih_l{k}")[:2 * hidden] = torch.cat(
+                        [-forget, forget])
+                    getattr(self.recurrent, f"bias_hh_l{k}")[:2 * hidden] = 0
+        else:
+            raise ValueError(f"`model` must be 'gilr-lstm' or 'lstm'; got {model!r}")
+        self.head = torch.nn.Linear(hidden, 1)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        output, _ = self.recurrent(inputs)
+        return self.head(output[-1]).squeeze(-1)
+
+
+def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch_size: int = 16,
+          learning_rate: float = 1e-3, max_iterations: int = 100_000,
+          max_minutes: float | None = None, seed: int = 0, device: str = "cpu",
+          checkpoint: Path | None = None, checkpoint_every: int = 100,
+          progress: bool = True) -> dict:
+    """Train until convergence or a limit; return the run's record (see the module doc)."""
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    network = Classifier(model, hidden, length).to(device)
+    optimizer = torch.optim.Adam(network.parameters(), lr=learning_rate)
+    record = {"model": model, "length": length, "hidden": hidden, "batch_size": batch_size,
+              "learning_rate": learning_rate, "seed": seed, "iterations": 0, "streak": 0,
+              "converged": False, "wall_time_s": 0.0, "curve": []}
+    if checkpoint is not None and checkpoint.exists():
+        saved = torch.load(checkpoint, weights_only=False)
+        network.load_state_dict(saved["network"])
+        optimizer.load_state_dict(saved["optimizer"])
+        generator.set_state(saved["generator"])
+        record = saved["record"]
+    start = time.perf_counter() - record["wall_time_s"]
+    deadline = None if max_minutes is None else time.perf_counter() + 60 * max_minutes
+    while not record["converged"] and record["iterations"] < max_iterations:
+        inputs, labels = batch(length, batch_size, generator, device)
+        logits = network(inputs)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        accuracy = ((logits > 0).float() == labels).float().mean().item()
+        record["iterations"] += 1
+        record["streak"] = record["streak"] + 1 if accuracy == 1.0 else 0
+        record["converged"] = record["streak"] >= CONVERGED_AFTER
+        record["wall_time_s"] = time.perf_counter() - start
+        record["curve"].append([record["iterations"], round(loss.item(), 6), accuracy,
+                                round(record["wall_time_s"], 3)])
+        if progress:
+            _progress(record, max_iterations)
+        stop = deadline is not None and time.perf_counter() > deadline
+        if checkpoint is not None and (stop or record["converged"]
+                                       or record["iterations"] % checkpoint_every == 0):
+            torch.save({"network": network.state_dict(), "optimizer": optimizer.state_dict(),
+                        "generator": generator.get_state(), "record": record}, checkpoint)
+        if stop:
+            break
+    if progress:
+        print(file=sys.stderr)
+    return record
+
+
+def _progress(record: dict, total: int, width: int = 30) -> None:
+    done = int(width * record["iterations"] / total)
+    _, loss, accuracy, elapsed = record["curve"][-1]
+    print(f"\r[{'#' * done}{'.' * (width - done)}] {record['iterations']} it  loss {loss:.4f}  "
+          f"acc {accuracy:.2f}  streak {record['streak']}/{CONVERGED_AFTER}  {elapsed:.0f} s",
+          end="", file=sys.stderr, flush=True)
+
+
+def plot(record: dict, path: Path) -> None:
+    """The learning curve (loss and accuracy per iteration) as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    iterations, losses, accuracies, _ = zip(*record["curve"], strict=True)
+    figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(7, 5))
+    top.plot(iterations, losses)
+    top.set_ylabel("cross-entropy")
+    bottom.plot(iterations, accuracies)
+    bottom.set_ylabel("minibatch accuracy")
+    bottom.set_xlabel("iteration")
+    status = "converged" if record["converged"] else "not converged"
+    top.set_title(f"{record['model']}, length {record['length']:,}: {status} after "
+                  f"{record['iterations']} iterations, {record['wall_time_s'] / 3600:.3f} h")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=["gilr-lstm", "lstm"], default="gilr-lstm")
+    parser.add_argument("--length", type=int, default=1024)
+    parser.add_argument("--hidden", type=int, default=512)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--max-iterations", type=int, default=100_000)
+    parser.add_argument("--max-minutes", type=float, default=None,
+                        help="stop (and checkpoint) after this long; run again to resume")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--checkpoint", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=_common.RESULTS)
+    args = parser.parse_args(argv)
+    record = train(args.model, args.length, args.hidden, args.batch_size, args.learning_rate,
+                   args.max_iterations, args.max_minutes, args.seed, args.device,
+                   args.checkpoint)
+    record["device"] = (torch.cuda.get_device_name(args.device) if args.device.startswith("cuda")
+                        else "cpu")
+    record["environment"] = {**_common.environment(), "torch": torch.__version__}
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = f"long_dependency_{args.model}_{args.length}"
+    (args.out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
+    try:
+        plot(record, args.out / f"{name}.png")
+    except ImportError:
+        print("matplotlib is missing: no plot (pip install 'cuscan[docs]')", file=sys.stderr)
+    status = "converged" if record["converged"] else "did not converge"
+    print(f"{args.model} at length {args.length:,}: {status} after {record['iterations']} "
+          f"iterations in {record['wall_time_s']:.1f} s")
+    return record
+
+
+if __name__ == "__main__":
+    main()

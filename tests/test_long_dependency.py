@@ -1,0 +1,50 @@
+"""The long-dependency experiment (the paper's Table 3) runs, learns, resumes and reports."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import require
+
+torch = require("torch")
+from benchmarks import long_dependency  # noqa: E402  (needs torch)
+
+
+def test_batch_is_the_problem():
+    inputs, labels = long_dependency.batch(50, 8, torch.Generator().manual_seed(0), "cpu")
+    assert inputs.shape == (50, 8, long_dependency.P)
+    torch.testing.assert_close(inputs[0, :, 0], labels * 2 - 1)  # +e1 or -e1, the label
+    assert torch.all(inputs[0, :, 1:] == 0)
+    assert torch.all(inputs[1:].sum(-1) == 1)
+    assert torch.all(inputs[1:] >= 0)
+
+
+def test_gilr_lstm_learns_at_length_64():
+    record = long_dependency.train("gilr-lstm", length=64, hidden=16, batch_size=16,
+                                   learning_rate=1e-2, max_iterations=1000, progress=False)
+    assert record["converged"], record["curve"][-10:]
+    assert record["streak"] == long_dependency.CONVERGED_AFTER
+    assert [row[2] for row in record["curve"][-5:]] == [1.0] * 5
+
+
+def test_interrupted_run_resumes(tmp_path):
+    checkpoint = tmp_path / "run.pt"
+    settings = {"model": "gilr-lstm", "length": 16, "hidden": 4, "batch_size": 4,
+                "progress": False}
+    whole = long_dependency.train(**settings, max_iterations=6, checkpoint=None)
+    long_dependency.train(**settings, max_iterations=3, checkpoint=checkpoint,
+                          checkpoint_every=1)
+    resumed = long_dependency.train(**settings, max_iterations=6, checkpoint=checkpoint)
+    assert resumed["iterations"] == 6
+    assert [row[:3] for row in resumed["curve"]] == [row[:3] for row in whole["curve"]]
+
+
+def test_command_line_writes_json_and_plot(tmp_path):
+    require("matplotlib")
+    long_dependency.main(["--model", "lstm", "--length", "8", "--hidden", "4",
+                          "--max-iterations", "3", "--device", "cpu", "--out", str(tmp_path)])
+    record = json.loads((tmp_path / "long_dependency_lstm_8.json").read_text())
+    assert record["iterations"] == 3
+    assert len(record["curve"]) == 3
+    assert record["device"] == "cpu"
+    assert (tmp_path / "long_dependency_lstm_8.png").stat().st_size > 0
