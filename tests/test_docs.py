@@ -11,7 +11,8 @@ from tests.conftest import require
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 # page -> the modules its examples need
-PAGES = {"torch.md": ["torch"], "jax.md": ["jax"], "tensorflow.md": ["tensorflow"]}
+PAGES = {"torch.md": ["torch"], "jax.md": ["jax"], "tensorflow.md": ["tensorflow"],
+         "nn.md": ["torch"]}
 
 
 @pytest.mark.parametrize("page", sorted(PAGES))

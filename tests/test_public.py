@@ -7,8 +7,9 @@ import subprocess
 import sys
 
 import cuscan
+from tests.conftest import require
 
-SUBPACKAGES = {"signal"}  # imported on their own: `import cuscan.signal`
+SUBPACKAGES = {"signal", "nn"}  # imported on their own: `import cuscan.signal`
 
 
 def test_all_is_the_public_api():
@@ -24,6 +25,15 @@ def test_signal_all_is_its_public_api():
     assert set(cuscan.signal.__all__) == {"ema", "lfilter", "lfilter_zi", "sosfilt",
                                           "sosfilt_zi"}
     assert public == set(cuscan.signal.__all__)
+
+
+def test_nn_all_is_its_public_api():
+    require("torch")
+    import cuscan.nn
+
+    public = {name for name in vars(cuscan.nn) if not name.startswith("_")}
+    assert set(cuscan.nn.__all__) == {"GILR", "GILRLSTM", "QRNN", "SRU"}
+    assert public == set(cuscan.nn.__all__)
 
 
 def test_signatures():
