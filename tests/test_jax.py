@@ -218,6 +218,15 @@ def test_vmap(device):
         single = jax.grad(lambda a, x: jnp.sum(associative_scan(a, x, 0.0) ** 2))(
             decays[b], impulses[b])
         np.testing.assert_allclose(np.asarray(grads[b]), np.asarray(single), rtol=1e-10)
+    # Per-example gradients of shared, time-invariant decays.
+    shared = decays[0, 0]
+    grads = jax.jit(jax.vmap(jax.grad(lambda a, x: jnp.sum(cuscan.linear_recurrence(a, x) ** 2)),
+                             in_axes=(None, 0)))(shared, impulses)
+    assert grads.shape == (5, 3)
+    for b in range(5):
+        single = jax.grad(lambda a, x: jnp.sum(associative_scan(a, x, 0.0) ** 2))(
+            shared, impulses[b])
+        np.testing.assert_allclose(np.asarray(grads[b]), np.asarray(single), rtol=1e-10)
 
 
 def test_vjp_function_matches_jax_vjp(device):
