@@ -36,13 +36,13 @@ CONVERGED_AFTER = 5  # consecutive minibatches at 100% accuracy
 
 def batch(length: int, size: int, generator: torch.Generator, device) -> tuple:
     """A minibatch: one-hot inputs ``(length, size, P)`` and labels ``(size,)`` (0 or 1)."""
-    signs = torch.randint(0, 2, (size,), generator=generator) * 2 - 1
-    positions = torch.randint(0, P, (length, size), generator=generator)
+    signs = (torch.randint(0, 2, (size,), generator=generator) * 2 - 1).to(device)
+    positions = torch.randint(0, P, (length, size), generator=generator).to(device)
     positions[0] = 0
-    inputs = torch.zeros(length, size, P)
+    inputs = torch.zeros(length, size, P, device=device)  # built where it is used
     inputs.scatter_(2, positions.unsqueeze(-1), 1.0)
     inputs[0, :, 0] = signs.float()
-    return inputs.to(device), (signs > 0).float().to(device)
+    return inputs, (signs > 0).float()
 
 
 def chrono(size: int, length: int) -> torch.Tensor:
