@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from cuscan import _dtypes, _numpy_backend
+from cuscan import _api, _dtypes, _numpy_backend
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 DTYPES = _dtypes.SUPPORTED_NAMES
@@ -105,3 +105,18 @@ def assert_close(actual, expected, scale, dtype, length: int) -> None:
         f"{bad.sum()} of {bad.size} elements off; worst error {error[bad].max():.3g} "
         f"against a limit of {limit[bad].min():.3g} ({dtype})"
     )
+
+
+def record_core_calls(monkeypatch, function_name: str) -> dict:
+    """Record the arrays an adapter hands to ``_api.forward`` or ``_api.backward``: its
+    views of the framework's buffers (``inputs``) and the buffers written (``out``)."""
+    seen = {}
+    original = getattr(_api, function_name)
+
+    def record(*arrays, out, **kwargs):
+        seen["inputs"] = [a for a in arrays if a is not None]
+        seen["out"] = [o for o in (out if isinstance(out, tuple) else (out,)) if o is not None]
+        return original(*arrays, out=out, **kwargs)
+
+    monkeypatch.setattr(_api, function_name, record)
+    return seen

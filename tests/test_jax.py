@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 import cuscan
-from cuscan import _api
 from tests import reference
-from tests.conftest import _gpu_available, assert_close, require
+from tests.conftest import _gpu_available, assert_close, record_core_calls, require
 
 jax = require("jax")
 import jax.numpy as jnp  # noqa: E402  (needs jax)
@@ -106,27 +105,13 @@ def test_without_64_bit_mode():
         np.testing.assert_allclose(np.asarray(h), [0, 1, 2.5, 4.25])
 
 
-def _recording(monkeypatch, function_name):
-    """Record the arrays the core receives (the adapter's views of XLA's buffers)."""
-    seen = {}
-    original = getattr(_api, function_name)
-
-    def record(*arrays, out, **kwargs):
-        seen["inputs"] = [a for a in arrays if a is not None]
-        seen["out"] = [o for o in (out if isinstance(out, tuple) else (out,)) if o is not None]
-        return original(*arrays, out=out, **kwargs)
-
-    monkeypatch.setattr(_api, function_name, record)
-    return seen
-
-
 def _pointer(array) -> int:
     return array.ctypes.data if isinstance(array, np.ndarray) else array.data.ptr
 
 
 @pytest.mark.parametrize("jit", [False, True])
 def test_no_copies(device, monkeypatch, jit):
-    forward = _recording(monkeypatch, "forward")
+    forward = record_core_calls(monkeypatch, "forward")
     decays, impulses, state = put(device, np.full((64, 3), 0.9), np.ones((64, 3)), np.ones(3))
     function = cuscan.linear_recurrence
     if jit:
@@ -138,7 +123,7 @@ def test_no_copies(device, monkeypatch, jit):
     assert not any(a.flags.writeable for a in forward["inputs"] if isinstance(a, np.ndarray))
     assert _pointer(forward["out"][0]) == h.unsafe_buffer_pointer()
 
-    backward = _recording(monkeypatch, "backward")
+    backward = record_core_calls(monkeypatch, "backward")
     grads = jax.vjp(function, decays, impulses, state)[1](h)
     pointers = [g.unsafe_buffer_pointer() for g in grads]
     assert [_pointer(o) for o in backward["out"]] == pointers

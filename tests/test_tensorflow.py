@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 import cuscan
-from cuscan import _api
 from tests import reference
-from tests.conftest import assert_close, require
+from tests.conftest import assert_close, record_core_calls, require
 
 tf = require("tensorflow")
 from cuscan import _tensorflow  # noqa: E402  (needs tensorflow)
@@ -95,24 +94,11 @@ def test_tf_function_with_unknown_dimensions():
                     input_signature=[tf.TensorSpec(None, tf.float32)]).get_concrete_function()
 
 
-def _recording(monkeypatch, function_name):
-    seen = {}
-    original = getattr(_api, function_name)
-
-    def record(*arrays, out, **kwargs):
-        seen["inputs"] = [a for a in arrays if a is not None]
-        seen["out"] = [o for o in (out if isinstance(out, tuple) else (out,)) if o is not None]
-        return original(*arrays, out=out, **kwargs)
-
-    monkeypatch.setattr(_api, function_name, record)
-    return seen
-
-
 @pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16, tf.complex128])
 def test_no_copies(monkeypatch, graph, dtype):
-    forward = _recording(monkeypatch, "forward")
-    backward = _recording(monkeypatch, "backward")
+    forward = record_core_calls(monkeypatch, "forward")
+    backward = record_core_calls(monkeypatch, "backward")
     decays, impulses, state = (tf.cast(tf.fill(shape, 0.5), dtype)
                                for shape in ((64, 3), (64, 3), (3,)))
 
