@@ -24,7 +24,7 @@ def library(value: object) -> str | None:
     return _ALIASES.get(module, module)
 
 
-def _interchangeable(value: object) -> bool:
+def interchangeable(value: object) -> bool:
     """Whether an array of another library can be viewed through DLPack or CUDA's interface."""
     return hasattr(value, "__dlpack__") or hasattr(value, "__cuda_array_interface__")
 
@@ -43,7 +43,7 @@ def _library(operands: dict[str, object]) -> tuple[str, str | None]:
             "Convert them to one library first"
         )
     lib = next(iter(found), "numpy")
-    if lib not in _BACKENDS and lib not in _ADAPTERS and _interchangeable(operands[found[lib]]):
+    if lib not in _BACKENDS and lib not in _ADAPTERS and interchangeable(operands[found[lib]]):
         lib = "interchange"
     if lib not in _BACKENDS and lib not in _ADAPTERS:
         value = operands[found[lib]]

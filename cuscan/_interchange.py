@@ -9,18 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from cuscan import _api
+from cuscan import _api, _backend
 
 _DLPACK_CPU = 1
 
 
-def _is_array(value: object) -> bool:
-    return hasattr(value, "__dlpack__") or hasattr(value, "__cuda_array_interface__")
-
-
 def to_array(value):
     """A NumPy or CuPy view of an interchange array; scalars and None pass through."""
-    if not _is_array(value):
+    if not _backend.interchangeable(value):
         return value
     if not hasattr(value, "__cuda_array_interface__") and (
             value.__dlpack_device__()[0] == _DLPACK_CPU):
