@@ -109,8 +109,7 @@ def linear_recurrence(
     >>> cuscan.linear_recurrence(0.5, [1.0, 1.0, 1.0], reverse=True)
     array([1.75, 1.5 , 1.  ])
     """
-    if method not in METHODS:
-        raise ValueError(f"`method` must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
+    check_method(method)
     operands = {"decays": decays, "impulses": impulses, "initial_state": initial_state}
     adapter = _backend.adapter(operands)
     if adapter is not None:
@@ -129,7 +128,7 @@ def forward(decays, impulses, initial_state=None, *, axis=0, reverse=False, meth
     shape, axis = forward_shape(decays.shape, impulses.shape,
                                 None if initial_state is None else initial_state.shape, axis)
     xp = backend.xp
-    out = _output(xp, out, shape, dtype, "out")
+    out = _output(xp, out, shape, dtype)
     if shape[axis] == 0:
         return out
     state = None if initial_state is None else _state(xp, initial_state, shape, axis)
@@ -273,6 +272,12 @@ def backward(grad_output, decays, output, initial_state=None, *, axis=0, reverse
                  for grad, target in zip(full, out, strict=True))
 
 
+def check_method(method: str) -> None:
+    """Raise unless ``method`` is one of `METHODS`."""
+    if method not in METHODS:
+        raise ValueError(f"`method` must be one of {', '.join(map(repr, METHODS))}; got {method!r}")
+
+
 def forward_shape(decays_shape, impulses_shape, state_shape, axis) -> tuple[tuple, int]:
     """The result's shape and the normalised time axis of a forward call, or the error."""
     shape = _broadcast_shape(("decays", decays_shape), ("impulses", impulses_shape))
@@ -349,12 +354,12 @@ def _state(xp, initial_state, shape: tuple[int, ...], axis: int):
     return xp.broadcast_to(initial_state, shape[:axis] + shape[axis + 1:])
 
 
-def _output(xp, out, shape, dtype, name: str):
+def _output(xp, out, shape, dtype):
     """``out``, checked against the shape and dtype it must have, or a new array."""
     if out is None:
         return xp.empty(shape, dtype)
     if out.shape != shape or out.dtype != dtype:
-        raise ValueError(f"`{name}` must be a {dtype} array of shape {shape}; "
+        raise ValueError(f"`out` must be a {dtype} array of shape {shape}; "
                          f"got {out.dtype} and {out.shape}")
     return out
 

@@ -123,12 +123,11 @@ def _recurrence_bwd(axis, reverse, _method, residuals, grad_output):
 _recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
 
 
-def _as_jax(operands: dict[str, object]) -> tuple[np.dtype, dict[str, jax.Array | None]]:
-    """The result dtype, and every operand as a JAX array of it: Python scalars are weak,
-    as in the core; float64 becomes float32 unless JAX's 64-bit mode is on."""
+def _as_jax(operands: dict[str, object]) -> list[jax.Array | None]:
+    """Every operand as a JAX array of the result dtype: Python scalars are weak, as in
+    the core; float64 becomes float32 unless JAX's 64-bit mode is on."""
     dtype = jax.dtypes.canonicalize_dtype(_dtypes.result_dtype(operands))
-    return dtype, {name: None if v is None else jnp.asarray(v, dtype=dtype)
-                   for name, v in operands.items()}
+    return [None if v is None else jnp.asarray(v, dtype=dtype) for v in operands.values()]
 
 
 def _with_rank(array, ndim: int):
@@ -140,8 +139,8 @@ def _with_rank(array, ndim: int):
 
 def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method):
     """``cuscan.linear_recurrence`` for JAX arrays (called by the front door)."""
-    _, arrays = _as_jax({"decays": decays, "impulses": impulses, "initial_state": initial_state})
-    decays, impulses, initial_state = arrays.values()
+    decays, impulses, initial_state = _as_jax(
+        {"decays": decays, "impulses": impulses, "initial_state": initial_state})
     state_shape = None if initial_state is None else initial_state.shape
     shape, axis = _api.forward_shape(decays.shape, impulses.shape, state_shape, axis)
     ndim = len(shape)
@@ -160,9 +159,9 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, r
     Returns JAX's convention for complex inputs (the transpose of the Jacobian,
     without conjugation), like ``jax.vjp``.
     """
-    _, arrays = _as_jax({"grad_output": grad_output, "decays": decays, "output": output,
-                         "initial_state": initial_state})
-    grad_output, decays, output, initial_state = arrays.values()
+    grad_output, decays, output, initial_state = _as_jax(
+        {"grad_output": grad_output, "decays": decays, "output": output,
+         "initial_state": initial_state})
     state_shape = None if initial_state is None else initial_state.shape
     shape, axis = _api.backward_shape(grad_output.shape, decays.shape, output.shape,
                                       state_shape, axis)

@@ -19,16 +19,21 @@ _ALIGNMENT = 64
 _BFLOAT16_STORAGE = {tf.bfloat16: tf.uint16}
 
 
+def _on_gpu(tensor: tf.Tensor) -> bool:
+    return "GPU" in tensor.device.upper()
+
+
 def to_array(tensor: tf.Tensor):
-    """The NumPy (CPU) or CuPy (GPU) array viewing an eager tensor's memory."""
+    """The NumPy (CPU) or CuPy (GPU) array viewing an eager tensor's memory.
+
+    On a GPU the caller must first wait for TensorFlow's pending work (`_to_arrays`).
+    """
     bfloat16 = tensor.dtype == tf.bfloat16
     if bfloat16:  # DLPack consumers lack bfloat16: cross as uint16 and view back
         tensor = tf.bitcast(tensor, tf.uint16)
-    if "GPU" in tensor.device.upper():
+    if _on_gpu(tensor):
         import cupy
 
-        # TensorFlow does not expose its stream: its pending work is waited for instead.
-        tf.test.experimental.sync_devices()
         array = cupy.from_dlpack(tensor)
     else:
         array = np.from_dlpack(tensor)
@@ -37,6 +42,14 @@ def to_array(tensor: tf.Tensor):
 
         array = array.view(ml_dtypes.bfloat16)
     return array
+
+
+def _to_arrays(tensors) -> list:
+    """`to_array` of each tensor; on a GPU, after waiting once for TensorFlow's pending
+    work, since TensorFlow does not expose its stream."""
+    if any(_on_gpu(t) for t in tensors):
+        tf.test.experimental.sync_devices()
+    return [to_array(t) for t in tensors]
 
 
 def from_array(array) -> tf.Tensor:
@@ -80,10 +93,9 @@ def _forward(decays, impulses, initial_state, axis, reverse, method):
     dtype = impulses.dtype
 
     def run(*tensors):
-        arrays = [to_array(t) for t in tensors] + [None]
-        shape = np.broadcast_shapes(arrays[0].shape, arrays[1].shape)
-        out = _empty(shape, arrays[1].dtype, arrays[1])
-        _api.forward(arrays[0], arrays[1], arrays[2], axis=axis, reverse=reverse,
+        a, x, *state = _to_arrays(tensors)
+        out = _empty(np.broadcast_shapes(a.shape, x.shape), x.dtype, x)
+        _api.forward(a, x, state[0] if state else None, axis=axis, reverse=reverse,
                      method=method, out=out)
         return [from_array(out)]
 
@@ -94,7 +106,7 @@ def _forward(decays, impulses, initial_state, axis, reverse, method):
 
 def _backward(grad_output, decays, output, initial_state, axis, reverse):
     def run(*tensors):
-        grad, a, h, *state = (to_array(t) for t in tensors)
+        grad, a, h, *state = _to_arrays(tensors)
         state = state[0] if state else None
         out = [_empty(v.shape, h.dtype, h) for v in (a, h, state) if v is not None]
         if state is None:

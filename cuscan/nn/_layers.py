@@ -35,9 +35,7 @@ class _Stack(nn.Module):
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"`num_layers` must be at least 1; got {num_layers}")
-        if method not in _api.METHODS:
-            raise ValueError(
-                f"`method` must be one of {', '.join(map(repr, _api.METHODS))}; got {method!r}")
+        _api.check_method(method)
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.batch_first, self.method = batch_first, method
         self.layers = nn.ModuleList(
