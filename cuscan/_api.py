@@ -111,6 +111,7 @@ def linear_recurrence(
     """
     check_method(method)
     operands = {"decays": decays, "impulses": impulses, "initial_state": initial_state}
+    check_given(operands)
     adapter = _backend.adapter(operands)
     if adapter is not None:
         return adapter.linear_recurrence(decays, impulses, initial_state, axis=axis,
@@ -221,6 +222,7 @@ def linear_recurrence_vjp(
     """
     operands = {"grad_output": grad_output, "decays": decays, "output": output,
                 "initial_state": initial_state}
+    check_given(operands)
     adapter = _backend.adapter(operands)
     if adapter is not None:
         return adapter.linear_recurrence_vjp(grad_output, decays, output, initial_state,
@@ -270,6 +272,18 @@ def backward(grad_output, decays, output, initial_state=None, *, axis=0, reverse
                 grad[...] = 0
     return tuple(None if target is None else _sum_into(xp, grad, target)
                  for grad, target in zip(full, out, strict=True))
+
+
+def check_given(operands: dict[str, object], optional: tuple[str, ...] = ("initial_state",)):
+    """Raise TypeError for a masked array, or None where an operand is not `optional`."""
+    for name, value in operands.items():
+        if value is None and name not in optional:
+            raise TypeError(f"`{name}` must be an array or a scalar; got None")
+        if isinstance(value, np.ma.MaskedArray):
+            raise TypeError(
+                f"`{name}` is a masked array, whose mask cuscan would ignore; pass "
+                f"`{name}.filled(value)` or `{name}.data` to say what masked elements hold"
+            )
 
 
 def check_method(method: str) -> None:

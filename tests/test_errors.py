@@ -101,3 +101,20 @@ def test_vjp_shapes(backend):
         linear_recurrence_vjp(x, backend.asarray(np.ones((2, 4, 8))), x)
     with pytest.raises(ValueError, match="`initial_state` must broadcast"):
         linear_recurrence_vjp(x, x, x, backend.asarray(np.ones(4)))
+
+
+@pytest.mark.parametrize("missing", ["decays", "impulses"])
+def test_missing_operand(missing):
+    arguments = {"decays": 0.5, "impulses": np.ones(3), missing: None}
+    with pytest.raises(TypeError, match=f"`{missing}` must be an array or a scalar; got None"):
+        linear_recurrence(**arguments)
+    with pytest.raises(TypeError, match="`output` must be an array or a scalar; got None"):
+        linear_recurrence_vjp(np.ones(3), 0.5, None)
+
+
+def test_masked_arrays_are_rejected():
+    masked = np.ma.masked_array(np.ones(3), [False, True, False])
+    with pytest.raises(TypeError, match="`impulses` is a masked array"):
+        linear_recurrence(0.5, masked)
+    with pytest.raises(TypeError, match="`grad_output` is a masked array"):
+        linear_recurrence_vjp(masked, 0.5, np.ones(3))

@@ -155,3 +155,38 @@ def test_errors():
         signal.ema(np.ones((3, 10)), np.ones(4))
     with pytest.raises(TypeError, match="must hold numbers"):
         signal.ema(np.array(["a", "b"]), 0.5)
+    with pytest.raises(TypeError, match="`x` is a masked array"):
+        signal.sosfilt([[1, 0, 0, 1, 0.5, 0]], np.ma.masked_array(np.ones(3), [0, 1, 0]))
+    with pytest.raises(TypeError, match="`x` must be an array or a scalar; got None"):
+        signal.lfilter([1.0], [1.0, -0.5], None)
+    with pytest.raises(ValueError, match="pole at z = 1"):
+        signal.lfilter_zi([1.0], [1.0, -1.0])
+    with pytest.raises(ValueError, match="pole at z = 1"):
+        signal.sosfilt_zi([[1, 0, 0, 1, -2, 1]])
+
+
+@pytest.mark.parametrize("alpha", [0.0, -0.5, 1.5, float("nan")])
+def test_ema_alpha_out_of_range(backend, alpha):
+    x = backend.asarray(np.ones((2, 5)))
+    with pytest.raises(ValueError, match=r"`alpha` must lie in \(0, 1\]"):
+        signal.ema(x, alpha)
+    with pytest.raises(ValueError, match=r"every `alpha` must lie in \(0, 1\]"):
+        signal.ema(x, backend.asarray(np.array([0.5, alpha])))
+    with pytest.raises(ValueError, match=r"every `alpha` must lie in \(0, 1\]"):
+        signal.ema(x, backend.asarray(np.array([0.5, 0.5, alpha, 0.5, 0.5])))
+
+
+def test_lfilter_zi_broadcasts_as_scipy(backend):
+    rng = np.random.default_rng(6)
+    b, a = [0.2, 0.3, 0.1], [1.0, -0.9, 0.2]
+    x = rng.standard_normal((3, 4, 50))
+    for zi_shape in [(1, 4, 2), (3, 1, 2), (1, 1, 2)]:
+        zi = rng.standard_normal(zi_shape)
+        expected, expected_zf = ss.lfilter(b, a, x, zi=zi)
+        result, zf = signal.lfilter(b, a, backend.asarray(x), zi=backend.asarray(zi))
+        np.testing.assert_allclose(backend.to_numpy(result), expected, rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(backend.to_numpy(zf), expected_zf, rtol=1e-9, atol=1e-10)
+    with pytest.raises(ValueError, match="other dimensions may be 1"):
+        signal.lfilter(b, a, backend.asarray(x), zi=backend.asarray(np.zeros((3, 4, 1))))
+    with pytest.raises(ValueError, match="other dimensions may be 1"):
+        signal.lfilter(b, a, backend.asarray(x), zi=backend.asarray(np.zeros((4, 2))))

@@ -8,7 +8,7 @@ import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
 from cuscan import _backend
-from cuscan._api import linear_recurrence
+from cuscan._api import check_given, linear_recurrence
 
 ArrayLike = Any
 
@@ -22,6 +22,7 @@ def _host(coefficients) -> np.ndarray:
 
 def _signal(x, zi=None):
     """The array module of ``x`` and ``x`` as an inexact array of it."""
+    check_given({"x": x, "zi": zi}, optional=("zi",))
     xp = _backend.select({"x": x, "zi": zi}).xp
     x = xp.asarray(x)
     if x.dtype.kind not in "fc" or x.dtype.itemsize < 4:
@@ -125,18 +126,27 @@ def _final_state(b, a, xp, x, y, axis, zi, order):
 
 
 def _state(xp, zi, x, axis: int, order: int, sections: int | None = None):
-    """Validate a zi: x's shape with the axis of length ``order``, after ``sections`` if given."""
+    """Validate a zi: x's shape with the axis of length ``order``, after ``sections`` if given.
+
+    Without sections (`lfilter`), dimensions other than the axis may be 1 and
+    are broadcast, as SciPy does.
+    """
     if zi is None:
         return None
     zi = xp.asarray(zi)
     expected = (*x.shape[:axis], order, *x.shape[axis + 1:])
-    lead = ""
     if sections is not None:
-        expected, lead = (sections, *expected), "n_sections, then "
-    if zi.shape != expected:
-        raise ValueError(f"`zi` must have shape {expected} ({lead}x's shape with axis {axis} "
-                         f"of length {order}); got {zi.shape}")
-    return zi
+        if zi.shape != (sections, *expected):
+            raise ValueError(f"`zi` must have shape {(sections, *expected)} (n_sections, then "
+                             f"x's shape with axis {axis} of length {order}); got {zi.shape}")
+        return zi
+    fits = zi.ndim == x.ndim and all(
+        have == want or (have == 1 and k != axis)
+        for k, (have, want) in enumerate(zip(zi.shape, expected, strict=True)))
+    if not fits:
+        raise ValueError(f"`zi` must have shape {expected} (x's shape with axis {axis} of "
+                         f"length {order}; other dimensions may be 1); got {zi.shape}")
+    return xp.broadcast_to(zi, expected)
 
 
 def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
@@ -153,7 +163,8 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
         The time axis.
     zi : array_like, optional
         Initial state of the transposed direct form II, SciPy's layout: `x`'s
-        shape with `axis` of length ``max(len(a), len(b)) - 1``.
+        shape with `axis` of length ``max(len(a), len(b)) - 1``; other
+        dimensions may be 1 and are broadcast, as in SciPy.
 
     Returns
     -------
@@ -270,6 +281,9 @@ def lfilter_zi(b: ArrayLike, a: ArrayLike) -> np.ndarray:
         return np.zeros(0)
     b = np.concatenate([b, np.zeros(order + 1 - b.size)])
     a = np.concatenate([a, np.zeros(order + 1 - a.size)])
+    if a.sum() == 0:
+        raise ValueError("the filter has a pole at z = 1 (`a` sums to zero), so a step input "
+                         "has no steady state and `lfilter_zi` none to return")
     # In steady state y = x = 1 and zf = zi: zi[i] = sum_{k > i} (b_k - a_k * G)
     # with G = sum b / sum a the DC gain, so the state solves a triangular sum.
     gain = b.sum() / a.sum()
@@ -322,6 +336,8 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1):
     axis = normalize_axis_index(axis, x.ndim)
     if np.ndim(alpha) == 0 and not hasattr(alpha, "device"):
         alpha = float(alpha)  # a Python scalar keeps the signal's precision
+        if not 0 < alpha <= 1:
+            raise ValueError(f"`alpha` must lie in (0, 1]; got {alpha}")
     else:
         alpha = xp.asarray(alpha).astype(x.real.dtype, copy=False)
         channel_shape = x.shape[:axis] + x.shape[axis + 1:]
@@ -333,6 +349,9 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1):
             raise ValueError(f"`alpha` must be a scalar, have x's shape without axis "
                              f"{channel_shape}, or broadcast to x's shape {x.shape}; got "
                              f"{alpha.shape}") from None
+        if alpha.size and not bool(((alpha > 0) & (alpha <= 1)).all()):
+            raise ValueError(f"every `alpha` must lie in (0, 1]; got values from "
+                             f"{float(alpha.min())} to {float(alpha.max())}")
     if x.shape[axis] == 0:
         return xp.empty_like(x)
     first = x[_along(x, axis, 0)]
