@@ -67,7 +67,8 @@ def is_python_scalar(value: object) -> bool:
     return type(value) in (bool, int, float, complex)
 
 
-def _unsupported(name: str, dtype: np.dtype) -> TypeError:
+def unsupported(name: str, dtype: object) -> TypeError:
+    """The error for an operand (or result) of an unsupported dtype, of any library."""
     return TypeError(
         f"`{name}` has dtype {dtype}, which cuscan does not support; expected bool, "
         f"an integer type or one of {', '.join(SUPPORTED_NAMES)}"
@@ -92,7 +93,7 @@ def result_dtype(operands: dict[str, object]) -> np.dtype:
             continue
         dtype = np.dtype(value.dtype)  # type: ignore[attr-defined]
         if not (dtype.kind in "biu" or is_supported(dtype)):
-            raise _unsupported(name, dtype)
+            raise unsupported(name, dtype)
         array_dtypes.append(dtype)
 
     has_bf16 = any(d.name == "bfloat16" for d in array_dtypes)
@@ -110,5 +111,5 @@ def result_dtype(operands: dict[str, object]) -> np.dtype:
         real = np.dtype(np.float16) if result.name == "bfloat16" else result
         result = np.result_type(real, np.complex64)
     if not is_supported(result):
-        raise _unsupported("the result", result)
+        raise unsupported("the result", result)
     return result

@@ -142,10 +142,23 @@ def _differentiable(decays, impulses, initial_state, axis, reverse, method):
     return recurrence(decays, impulses, *([] if initial_state is None else [initial_state]))
 
 
+def _numeric(dtype: tf.DType) -> bool:
+    return not dtype.is_quantized and (dtype.is_floating or dtype.is_complex or dtype.is_integer
+                                       or dtype.is_bool)
+
+
 def _as_tensors(operands: dict[str, object]) -> list[tf.Tensor | None]:
     """Operands as tensors of the result dtype (Python scalars are weak, as in the core)."""
+    for name, value in operands.items():
+        if isinstance(value, (tf.SparseTensor, tf.RaggedTensor)):
+            how = "tf.sparse.to_dense" if isinstance(value, tf.SparseTensor) else ".to_tensor()"
+            raise TypeError(f"`{name}` is a {type(value).__name__}; cuscan needs dense tensors "
+                            f"(convert with {how})")
     tensors = {name: None if v is None or _dtypes.is_python_scalar(v) else tf.convert_to_tensor(v)
                for name, v in operands.items()}
+    for name, t in tensors.items():
+        if t is not None and not _numeric(t.dtype):
+            raise _dtypes.unsupported(name, t.dtype.name)
     stand_ins = {name: operands[name] if t is None else np.empty(0, t.dtype.as_numpy_dtype)
                  for name, t in tensors.items()}
     dtype = tf.as_dtype(_dtypes.result_dtype(stand_ins))

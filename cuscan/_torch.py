@@ -14,7 +14,7 @@ import contextlib
 import numpy as np
 import torch
 
-from cuscan import _api
+from cuscan import _api, _dtypes
 
 _BACKWARD_STATE_ABSENT = (0,)  # shape of the stand-in when there is no initial state
 
@@ -136,10 +136,26 @@ def _backward_autograd(ctx, grad_output):
 _forward.register_autograd(_backward_autograd, setup_context=_setup_context)
 
 
-def _as_tensors(*values) -> list[torch.Tensor | None]:
+# What DLPack carries and the core computes on (bfloat16 crosses as uint16).
+_DTYPES = frozenset({
+    torch.bool, torch.uint8, torch.uint16, torch.uint32, torch.uint64, torch.int8, torch.int16,
+    torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64,
+    torch.complex64, torch.complex128,
+})
+
+
+def _as_tensors(names: tuple[str, ...], *values) -> list[torch.Tensor | None]:
     """Operands as tensors: Python scalars are weak, as in the core, and take the tensors'
     dtype (complex if the scalar is) and device; None stays None."""
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    for name, value in zip(names, values, strict=True):
+        if not isinstance(value, torch.Tensor):
+            continue
+        if value.layout != torch.strided:
+            raise TypeError(f"`{name}` is a {value.layout} tensor; cuscan needs dense (strided) "
+                            "tensors (convert with .to_dense())")
+        if value.dtype not in _DTYPES:
+            raise _dtypes.unsupported(name, value.dtype)
     dtype = _result_dtype(*tensors)
     if any(isinstance(v, complex) for v in values):
         dtype = torch.promote_types(dtype, torch.complex64)
@@ -149,14 +165,16 @@ def _as_tensors(*values) -> list[torch.Tensor | None]:
 
 def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method):
     """``cuscan.linear_recurrence`` for torch tensors (called by the front door)."""
-    decays, impulses, initial_state = _as_tensors(decays, impulses, initial_state)
+    decays, impulses, initial_state = _as_tensors(
+        ("decays", "impulses", "initial_state"), decays, impulses, initial_state)
     return _forward(decays, impulses, initial_state, axis, reverse, method)
 
 
 def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, reverse):
     """``cuscan.linear_recurrence_vjp`` for torch tensors (called by the front door)."""
-    grad_output, decays, output, initial_state = _as_tensors(grad_output, decays, output,
-                                                             initial_state)
+    grad_output, decays, output, initial_state = _as_tensors(
+        ("grad_output", "decays", "output", "initial_state"), grad_output, decays, output,
+        initial_state)
     grad_decays, grad_impulses, grad_state = _backward(grad_output, decays, output,
                                                        initial_state, axis, reverse)
     return grad_decays, grad_impulses, None if initial_state is None else grad_state

@@ -195,5 +195,9 @@ def test_errors():
         tf.function(lambda x: cuscan.linear_recurrence(0.5, x, tf.ones(3)))(tf.ones((3, 2)))
     with pytest.raises(TypeError, match="one library"):
         cuscan.linear_recurrence(tf.ones(3), np.ones(3))
-    with pytest.raises(TypeError, match="does not support"):
+    with pytest.raises(TypeError, match="`impulses` has dtype string, which cuscan does not"):
         cuscan.linear_recurrence(0.5, tf.constant(["a", "b"]))
+    with pytest.raises(TypeError, match="`impulses` is a SparseTensor"):
+        cuscan.linear_recurrence(0.5, tf.sparse.from_dense(tf.eye(3)))
+    with pytest.raises(TypeError, match="`decays` is a RaggedTensor"):
+        cuscan.linear_recurrence(tf.ragged.constant([[1.0], [2.0, 3.0]]), 1.0)

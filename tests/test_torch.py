@@ -146,3 +146,17 @@ def test_compile_fullgraph(device, compiler):
 def test_mixing_torch_and_numpy_is_rejected():
     with pytest.raises(TypeError, match="one library"):
         cuscan.linear_recurrence(torch.ones(3), np.ones(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.complex32, torch.float8_e4m3fn])
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_unsupported_dtypes_are_rejected(dtype):
+    with pytest.raises(TypeError, match=f"`impulses` has dtype {dtype}, which cuscan does not"):
+        cuscan.linear_recurrence(0.5, torch.ones(3).to(dtype))
+    with pytest.raises(TypeError, match=f"`grad_output` has dtype {dtype}"):
+        cuscan.linear_recurrence_vjp(torch.ones(3).to(dtype), 0.5, torch.ones(3))
+
+
+def test_sparse_tensors_are_rejected():
+    with pytest.raises(TypeError, match=r"`impulses` is a torch\.sparse_coo tensor"):
+        cuscan.linear_recurrence(0.5, torch.eye(3).to_sparse())
