@@ -1,10 +1,15 @@
 """PyTorch adapter: torch tensors in and out, through DLPack, with autograd.
 
 Two custom operators, ``cuscan::linear_recurrence`` and
-``cuscan::linear_recurrence_vjp``, wrap the core functions; the first is made
-differentiable with the second through ``register_autograd``, and both have
-fake implementations, so ``torch.compile(fullgraph=True)`` traces through them.
-Imported only when a tensor is passed.
+``cuscan::linear_recurrence_vjp``, wrap the core functions, with fake
+implementations (so ``torch.compile(fullgraph=True)`` traces through them) and
+batching rules (so ``torch.func.vmap`` runs one call, not one per example).
+The forward is made differentiable by ``_Recurrence``, an autograd function
+whose backward is the second operator, or, when a graph of the backward is
+being built (double backward), the same VJP written with differentiable
+operations. Under forward-mode AD (``torch.func.jvp``, dual tensors) a subclass
+with the tangent recurrence takes its place. Imported only when a tensor is
+passed.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import contextlib
 
 import numpy as np
 import torch
+import torch.autograd.forward_ad
+from numpy.lib.array_utils import normalize_axis_index
 
 from cuscan import _api, _dtypes
 
@@ -108,6 +115,68 @@ def _(grad_output, decays, output, initial_state, axis, reverse):
             output.new_empty(state_shape, dtype=dtype))
 
 
+# ---- batching rules (torch.func.vmap): one call over the whole batch ----------------------
+
+
+def _logical_shape(tensor: torch.Tensor | None, batch_dim: int | None):
+    if tensor is None:
+        return None
+    shape = list(tensor.shape)
+    if batch_dim is not None:
+        del shape[batch_dim]
+    return tuple(shape)
+
+
+def _batch_first(tensor, batch_dim, rank: int, size: int, expand: bool = False):
+    """``tensor`` with its batch dimension first and ``rank`` dimensions after it.
+
+    An unbatched tensor is left to broadcast, or, with ``expand``, given a batch
+    dimension of stride 0 (so the core sees it, without a copy).
+    """
+    if tensor is None or (batch_dim is None and not expand):
+        return tensor
+    tensor = tensor.movedim(batch_dim, 0) if batch_dim is not None else tensor[None]
+    tensor = tensor.reshape(tensor.shape[0], *(1,) * (rank + 1 - tensor.ndim), *tensor.shape[1:])
+    return tensor.expand(size, *tensor.shape[1:])
+
+
+@torch.library.register_vmap("cuscan::linear_recurrence")
+def _(info, in_dims, decays, impulses, initial_state, axis, reverse, method):
+    decays_dim, impulses_dim, state_dim = in_dims[:3]
+    shape, axis = _api.forward_shape(
+        _logical_shape(decays, decays_dim), _logical_shape(impulses, impulses_dim),
+        _logical_shape(initial_state, state_dim), axis)
+    rank, size = len(shape), info.batch_size
+    out = _forward(_batch_first(decays, decays_dim, rank, size),
+                   _batch_first(impulses, impulses_dim, rank, size, expand=True),
+                   _batch_first(initial_state, state_dim, rank - 1, size),
+                   axis + 1, reverse, method)
+    return out, 0
+
+
+@torch.library.register_vmap("cuscan::linear_recurrence_vjp")
+def _(info, in_dims, grad_output, decays, output, initial_state, axis, reverse):
+    grad_dim, decays_dim, output_dim, state_dim = in_dims[:4]
+    decays_shape = _logical_shape(decays, decays_dim)
+    state_shape = _logical_shape(initial_state, state_dim)
+    shape, axis = _api.backward_shape(_logical_shape(grad_output, grad_dim), decays_shape,
+                                      _logical_shape(output, output_dim), state_shape, axis)
+    rank, size = len(shape), info.batch_size
+    grad_decays, grad_impulses, grad_state = _backward(
+        _batch_first(grad_output, grad_dim, rank, size, expand=True),
+        _batch_first(decays, decays_dim, rank, size, expand=True),
+        _batch_first(output, output_dim, rank, size, expand=True),
+        _batch_first(initial_state, state_dim, rank - 1, size, expand=True),
+        axis + 1, reverse)
+    grad_decays = grad_decays.reshape(size, *decays_shape)
+    if initial_state is None:
+        return (grad_decays, grad_impulses, grad_state), (0, 0, None)
+    return (grad_decays, grad_impulses, grad_state.reshape(size, *state_shape)), (0, 0, 0)
+
+
+# ---- autograd ----------------------------------------------------------------------------
+
+
 def _setup_context(ctx, inputs, output):
     decays, impulses, initial_state, axis, reverse, _method = inputs
     ctx.save_for_backward(decays, output, initial_state)
@@ -134,6 +203,107 @@ def _backward_autograd(ctx, grad_output):
 
 
 _forward.register_autograd(_backward_autograd, setup_context=_setup_context)
+
+
+def _shift(tensor: torch.Tensor, boundary: torch.Tensor, axis: int, later: bool):
+    """``tensor`` moved one step along ``axis`` (towards later steps when ``later``), with
+    ``boundary`` (one step long) filling the step left empty."""
+    length = tensor.shape[axis]
+    if later:
+        return torch.cat([boundary, tensor.narrow(axis, 0, length - 1)], axis)
+    return torch.cat([tensor.narrow(axis, 1, length - 1), boundary], axis)
+
+
+def _previous_states(output, initial_state, axis: int, reverse: bool) -> torch.Tensor:
+    """``h[t-1]`` at every step t (``h[t+1]`` when ``reverse``), the initial state first."""
+    step_shape = list(output.shape)
+    step_shape[axis] = 1
+    if initial_state is None:
+        first = output.new_zeros(step_shape)
+    else:
+        first = initial_state.expand(*step_shape[:axis], *step_shape[axis + 1:])
+        first = first.unsqueeze(axis).to(output.dtype)
+    return _shift(output, first, axis, later=not reverse)
+
+
+def _differentiable_vjp(grad_output, decays, output, initial_state, axis: int, reverse: bool):
+    """The VJP of `_forward` written with differentiable operations (for double backward).
+
+    ``g[t] = grad_output[t] + conj(decays[t+1]) * g[t+1]`` is the recurrence
+    run the other way with the decays shifted one step; ``grad_decays[t] =
+    conj(h[t-1]) * g[t]`` with ``h[-1]`` the initial state; ``grad_state =
+    conj(decays[0]) * g[0]`` (mirrored when ``reverse``). Returns them at the
+    output's shape (the state's without the axis).
+    """
+    axis = normalize_axis_index(axis, output.ndim)
+    decays = decays.expand(output.shape)
+    if output.shape[axis] == 0:
+        grad, grad_decays = grad_output, output.new_zeros(output.shape)
+        grad_state = output.new_zeros(output.shape[:axis] + output.shape[axis + 1:])
+        return grad_decays, grad, None if initial_state is None else grad_state
+    following = _shift(decays, torch.zeros_like(decays.narrow(axis, 0, 1)), axis, later=reverse)
+    grad = _recurrence(following.conj(), grad_output, None, axis, not reverse, "auto")
+    grad_decays = _previous_states(output, initial_state, axis, reverse).conj() * grad
+    grad_state = None
+    if initial_state is not None:
+        first = output.shape[axis] - 1 if reverse else 0
+        grad_state = (decays.narrow(axis, first, 1).conj() * grad.narrow(axis, first, 1))
+        grad_state = grad_state.squeeze(axis)
+    return grad_decays, grad, grad_state
+
+
+class _Recurrence(torch.autograd.Function):
+    """`_forward`, differentiable to any order; vmap through the operators' batching rules."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(decays, impulses, initial_state, axis, reverse, method):
+        return _forward(decays, impulses, initial_state, axis, reverse, method)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        _setup_context(ctx, inputs, output)
+        ctx.save_for_forward(inputs[0], output, inputs[2])
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        if not torch.is_grad_enabled():  # the fused kernels
+            return _backward_autograd(ctx, grad_output)
+        decays, output, initial_state = ctx.saved_tensors
+        grad_decays, grad_impulses, grad_state = _differentiable_vjp(
+            grad_output, decays, output, initial_state, ctx.axis, ctx.reverse)
+        grad_decays = _sum_to(grad_decays, decays.shape).to(decays.dtype)
+        grad_impulses = _sum_to(grad_impulses, ctx.impulses_shape).to(ctx.impulses_dtype)
+        if grad_state is not None:
+            grad_state = _sum_to(grad_state, initial_state.shape).to(initial_state.dtype)
+        return grad_decays, grad_impulses, grad_state, None, None, None
+
+
+class _DualRecurrence(_Recurrence):
+    """`_Recurrence` with forward-mode AD: the tangent is the same recurrence,
+    ``dh[t] = decays[t] * dh[t-1] + ddecays[t] * h[t-1] + dimpulses[t]``,
+    ``dh[-1] = dinitial_state``."""
+
+    @staticmethod
+    def jvp(ctx, decays_tangent, impulses_tangent, state_tangent, *_):
+        decays, output, initial_state = ctx.saved_tensors
+        axis = normalize_axis_index(ctx.axis, output.ndim)
+        impulses = output.new_zeros(()) if impulses_tangent is None else impulses_tangent
+        if decays_tangent is not None and output.shape[axis] > 0:
+            previous = _previous_states(output, initial_state, axis, ctx.reverse)
+            impulses = impulses + decays_tangent * previous
+        tangent = _recurrence(decays, impulses.expand(output.shape), state_tangent, axis,
+                              ctx.reverse, "auto")
+        return tangent.to(output.dtype)
+
+
+def _recurrence(decays, impulses, initial_state, axis, reverse, method) -> torch.Tensor:
+    """`_forward`, differentiable: with forward-mode AD when a dual level is open (the
+    plain function otherwise, which is what torch.compile can trace)."""
+    forward_mode = getattr(torch.autograd.forward_ad, "_current_level", 0) >= 0
+    function = _DualRecurrence if forward_mode else _Recurrence
+    return function.apply(decays, impulses, initial_state, axis, reverse, method)
 
 
 # What DLPack carries and the core computes on (bfloat16 crosses as uint16).
@@ -167,7 +337,7 @@ def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method)
     """``cuscan.linear_recurrence`` for torch tensors (called by the front door)."""
     decays, impulses, initial_state = _as_tensors(
         ("decays", "impulses", "initial_state"), decays, impulses, initial_state)
-    return _forward(decays, impulses, initial_state, axis, reverse, method)
+    return _recurrence(decays, impulses, initial_state, axis, reverse, method)
 
 
 def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, reverse):

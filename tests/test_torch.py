@@ -96,7 +96,66 @@ def test_gradcheck(device, dtype, method, reverse):
     def function(a, x, s):
         return cuscan.linear_recurrence(a, x, s, method=method, reverse=reverse)
 
-    assert torch.autograd.gradcheck(function, inputs)
+    assert torch.autograd.gradcheck(function, inputs, check_forward_ad=True,
+                                    check_batched_grad=True, check_batched_forward_grad=True)
+    assert torch.autograd.gradgradcheck(function, inputs, check_fwd_over_rev=True,
+                                        check_batched_grad=True)
+
+
+@pytest.mark.parametrize("length", [1, 2])
+def test_higher_order_short_sequences(device, length):
+    generator = torch.Generator().manual_seed(3)
+    decays = torch.rand(length, 2, generator=generator, dtype=torch.float64)
+    impulses = torch.randn(length, 2, generator=generator, dtype=torch.float64)
+    state = torch.randn(2, generator=generator, dtype=torch.float64)
+    inputs = tuple(v.to(device).requires_grad_() for v in (decays, impulses, state))
+    for reverse in (False, True):
+        def function(a, x, s, reverse=reverse):
+            return cuscan.linear_recurrence(a, x, s, reverse=reverse)
+
+        assert torch.autograd.gradgradcheck(function, inputs, check_fwd_over_rev=True)
+        assert torch.autograd.gradcheck(function, inputs, check_forward_ad=True)
+
+
+def test_torch_func_transforms(device):
+    generator = torch.Generator().manual_seed(4)
+    decays = torch.rand(9, 3, generator=generator, dtype=torch.float64).to(device)
+    impulses = torch.randn(5, 9, 3, generator=generator, dtype=torch.float64).to(device)
+    states = torch.randn(5, 3, generator=generator, dtype=torch.float64).to(device)
+
+    def loss(a, x, s):
+        return (cuscan.linear_recurrence(a, x, s) ** 2).sum()
+
+    # vmap: any operand batched or not, the batch dimension anywhere
+    looped = torch.stack([cuscan.linear_recurrence(decays, x, s)
+                          for x, s in zip(impulses, states, strict=True)])
+    batched = torch.func.vmap(cuscan.linear_recurrence, in_dims=(None, 0, 0))(
+        decays, impulses, states)
+    torch.testing.assert_close(batched, looped)
+    only_states = torch.func.vmap(lambda s: cuscan.linear_recurrence(decays, impulses[0], s))
+    for i, h in enumerate(only_states(states)):
+        torch.testing.assert_close(h, cuscan.linear_recurrence(decays, impulses[0], states[i]))
+    scales = torch.linspace(0.5, 1.0, 4, dtype=torch.float64, device=device)
+    moved = torch.func.vmap(lambda a: cuscan.linear_recurrence(a, impulses[0], axis=-2),
+                            in_dims=2)(decays[:, :, None] * scales)
+    for i, h in enumerate(moved):
+        torch.testing.assert_close(h, cuscan.linear_recurrence(decays * scales[i], impulses[0]))
+    # grad, and per-example gradients of a shared decay
+    per_example = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(
+        decays, impulses, states)
+    for i in range(5):
+        a = decays.clone().requires_grad_()
+        loss(a, impulses[i], states[i]).backward()
+        torch.testing.assert_close(per_example[i], a.grad)
+    # forward mode, and forward over reverse
+    jacobians = [transform(lambda a: cuscan.linear_recurrence(a, impulses[0]))(decays)
+                 for transform in (torch.func.jacrev, torch.func.jacfwd)]
+    torch.testing.assert_close(*jacobians)
+    column = (impulses[0, :, :1], states[0, :1])
+    hessians = [hessian(lambda a: loss(a[:, None], *column), decays[:, 0])
+                for hessian in (lambda f, a: torch.func.hessian(f)(a),
+                                torch.autograd.functional.hessian)]
+    torch.testing.assert_close(*hessians)
 
 
 def test_gradient_matches_the_vjp(device):
