@@ -126,14 +126,89 @@ def _sum_to(grad: tf.Tensor, shape: tf.TensorShape) -> tf.Tensor:
     return tf.reshape(tf.reduce_sum(grad, axes, keepdims=True), shape) if axes else grad
 
 
+def _along(tensor: tf.Tensor, axis: int, start=None, stop=None) -> tf.Tensor:
+    return tensor[(slice(None),) * axis + (slice(start, stop),)]
+
+
+def _differentiable_vjp(grad_output, decays, output, initial_state, axis: int, reverse: bool):
+    """The VJP written with differentiable operations, for tapes that differentiate the
+    gradient again (second order, and forward mode, which TensorFlow derives from it).
+
+    ``g[t] = grad_output[t] + conj(decays[t+1]) * g[t+1]`` is the recurrence run
+    the other way with the decays shifted one step; ``grad_decays[t] =
+    conj(h[t-1]) * g[t]`` with ``h[-1]`` the initial state; ``grad_state =
+    conj(decays[0]) * g[0]`` (mirrored when ``reverse``), at the output's shape (the
+    state's without the axis).
+    """
+    shape = tf.shape(output)
+    length = shape[axis]
+    decays = tf.broadcast_to(decays, shape)
+    zero = tf.zeros(tf.tensor_scatter_nd_update(shape, [[axis]], [1]), output.dtype)
+    if initial_state is None:
+        first = zero
+    else:
+        first = tf.broadcast_to(initial_state, tf.concat([shape[:axis], shape[axis + 1:]], 0))
+        first = tf.expand_dims(first, axis)
+    if reverse:  # decays one step later in the recurrence's direction, states one earlier
+        following = _along(tf.concat([zero, decays], axis), axis, None, length)
+        previous = _along(tf.concat([output, first], axis), axis, 1, None)
+    else:
+        following = _along(tf.concat([decays, zero], axis), axis, 1, None)
+        previous = _along(tf.concat([first, output], axis), axis, None, length)
+    grad = _differentiable(tf.math.conj(following), grad_output, None, axis, not reverse, "auto")
+    grads = [tf.math.conj(previous) * grad, grad]
+    if initial_state is not None:
+        ends = (-1, None) if reverse else (0, 1)
+        grad_state = tf.math.conj(_along(decays, axis, *ends)) * _along(grad, axis, *ends)
+        grads.append(tf.reduce_sum(grad_state, axis))
+    return grads
+
+
+def _recording() -> bool:
+    """Whether a tape or forward accumulator may record (TensorFlow's own test; True
+    if it cannot be asked)."""
+    try:
+        from tensorflow.python.eager import record
+    except ImportError:  # pragma: no cover - TensorFlow moved it
+        return True
+    return record.could_possibly_record()
+
+
+def _tangents(tensors) -> bool:
+    """Whether a forward accumulator carries tangents of any of ``tensors``."""
+    try:
+        from tensorflow.python import pywrap_tfe
+
+        return bool(pywrap_tfe.TFE_Py_PackJVPs(list(tensors))[1])
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover - TensorFlow moved it
+        return False
+
+
 def _differentiable(decays, impulses, initial_state, axis, reverse, method):
+    inputs = [t for t in (decays, impulses, initial_state) if t is not None]
+    if not tf.executing_eagerly() and _tangents(inputs):
+        raise NotImplementedError(
+            "forward-mode AD (tf.autodiff.ForwardAccumulator) through cuscan works eagerly but "
+            "not inside tf.function, where TensorFlow cannot derive it from a Python gradient; "
+            "run the accumulator eagerly, or use GradientTape")
+
     @tf.custom_gradient
     def recurrence(decays, impulses, *state):
         initial_state = state[0] if state else None
         output = _forward(decays, impulses, initial_state, axis, reverse, method)
 
         def gradient(grad_output):
-            grads = _backward(grad_output, decays, output, initial_state, axis, reverse)
+            if _recording():
+                # `output` is not on the tapes (TensorFlow records an identity of it), so
+                # the states the gradient reads are recomputed where the tapes see them.
+                recorded = _differentiable(decays, impulses, initial_state, axis, reverse, method)
+                grads = _differentiable_vjp(grad_output, decays, recorded, initial_state, axis,
+                                            reverse)
+                grads[0] = _sum_to(grads[0], decays.shape)
+                if initial_state is not None:
+                    grads[2] = _sum_to(grads[2], initial_state.shape)
+            else:
+                grads = _backward(grad_output, decays, output, initial_state, axis, reverse)
             grad_impulses = _sum_to(grads[1], impulses.shape)
             return [grads[0], grad_impulses, *grads[2:]]
 

@@ -173,6 +173,51 @@ def test_gradients_match_gradient_tape(dtype, method, reverse):
         np.testing.assert_allclose(mine.numpy(), expected.numpy(), rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("dtype", [tf.float64, tf.complex128])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("graph", [False, True])
+def test_second_order_and_forward_mode(dtype, reverse, graph):
+    rng = np.random.default_rng(3)
+    values = [rng.uniform(0, 0.9, 3), rng.standard_normal((9, 2, 3)), rng.standard_normal((1, 3))]
+    if dtype.is_complex:
+        values = [v * np.exp(1j * rng.uniform(0, 6, v.shape)) for v in values]
+    inputs = [tf.constant(v) for v in values]
+    directions = [tf.constant(np.cos(np.arange(v.size)).reshape(v.shape), dtype) for v in values]
+
+    def second_order(function):
+        with tf.GradientTape() as outer:
+            outer.watch(inputs)
+            with tf.GradientTape() as inner:
+                inner.watch(inputs)
+                loss = tf.reduce_sum(tf.abs(function(*inputs)) ** 2)
+            first = inner.gradient(loss, inputs)
+            # a real function of the gradients, so its gradient is defined for complex inputs
+            total = sum(tf.reduce_sum(tf.math.real(g * tf.math.conj(d)))
+                        for g, d in zip(first, directions, strict=True))
+        return [*first, *outer.gradient(total, inputs)]
+
+    def forward_mode(function):  # the tangent of the output along `directions`
+        with tf.autodiff.ForwardAccumulator(inputs, directions) as accumulator:
+            output = function(*inputs)
+        return [accumulator.jvp(output)]
+
+    def ours(a, x, s):
+        return cuscan.linear_recurrence(a, x, s, reverse=reverse)
+
+    def theirs(a, x, s):
+        return scan(a, x, s, reverse=reverse)
+
+    checks = [second_order] + ([] if graph else [forward_mode])
+    for derivatives in checks:
+        mine = (tf.function(derivatives) if graph else derivatives)(ours)
+        for value, expected in zip(mine, derivatives(theirs), strict=True):
+            assert value is not None
+            np.testing.assert_allclose(value.numpy(), expected.numpy(), rtol=1e-10, atol=1e-10)
+    if graph:
+        with pytest.raises(NotImplementedError, match=r"works eagerly but not inside tf\.function"):
+            tf.function(forward_mode)(ours)
+
+
 def test_vjp_function():
     rng = np.random.default_rng(5)
     decays, impulses, grad = (tf.constant(rng.standard_normal((20, 4))) for _ in range(3))
