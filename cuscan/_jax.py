@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental.buffer_callback import buffer_callback
 
-from cuscan import _api, _dtypes
+from cuscan import _api, _backend, _dtypes
 
 _DLPACK_CPU = 1
 
@@ -66,8 +66,14 @@ def _forward_callback(axis: int, reverse: bool, method: str):
 
     def callback(ctx, out, decays, impulses, initial_state):
         with _stream(ctx, out):
-            _api.forward(_view(decays), _view(impulses), _view(initial_state), axis=axis,
-                         reverse=reverse, method=method, out=_view(out, writeable=True))
+            out, impulses = _view(out, writeable=True), _view(impulses)
+            if impulses.shape != out.shape:
+                # vmap batched only the initial state: the output has a batch dimension
+                # the impulses lack, so they are read with stride 0 along it
+                xp = _backend.select({"impulses": impulses}).xp
+                impulses = xp.broadcast_to(impulses, out.shape)
+            _api.forward(_view(decays), impulses, _view(initial_state), axis=axis,
+                         reverse=reverse, method=method, out=out)
 
     return callback
 

@@ -196,6 +196,18 @@ def test_vmap(device):
         np.testing.assert_allclose(np.asarray(result[..., b]), reference.linear_recurrence(
             np.asarray(decays[0, 0]), np.asarray(impulses[b]), np.asarray(states[0])),
             rtol=1e-12)
+    # Only the initial state batched, and gradients with respect to it.
+    function = jax.jit(jax.vmap(lambda s: cuscan.linear_recurrence(decays[0], impulses[0], s)))
+    result = function(states)
+    state_grads = jax.vmap(jax.grad(lambda s: jnp.sum(
+        cuscan.linear_recurrence(decays[0], impulses[0], s) ** 2)))(states)
+    for b in range(5):
+        np.testing.assert_allclose(np.asarray(result[b]), reference.linear_recurrence(
+            np.asarray(decays[0]), np.asarray(impulses[0]), np.asarray(states[b])),
+            rtol=1e-12)
+        single = jax.grad(lambda s: jnp.sum(associative_scan(decays[0], impulses[0], s) ** 2))(
+            states[b])
+        np.testing.assert_allclose(np.asarray(state_grads[b]), np.asarray(single), rtol=1e-10)
     # Per-example gradients.
     grads = jax.vmap(jax.grad(lambda a, x: jnp.sum(cuscan.linear_recurrence(a, x) ** 2)))(
         decays, impulses)
