@@ -396,13 +396,19 @@ def _sum_into(xp, grad, target):
     return target
 
 
+def summed_axes(grad_shape, shape) -> tuple[int, ...]:
+    """The axes a gradient of ``grad_shape`` is summed over to give an operand of the
+    ``shape`` that was broadcast to it (unknown dimensions, None, are summed if 1 in ``shape``)."""
+    lead = len(grad_shape) - len(shape)
+    return tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and grad_shape[lead + i] != 1
+    )
+
+
 def _sum_to_shape(xp, array, shape: tuple[int, ...]):
     """Sum a broadcast gradient back to the operand's ``shape``, accumulating as the scan does."""
     if array.shape == shape:
         return array
-    lead = array.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and array.shape[lead + i] != 1
-    )
+    axes = summed_axes(array.shape, shape)
     total = xp.sum(array, axis=axes, keepdims=True, dtype=_dtypes.accumulator(array.dtype))
     return total.reshape(shape).astype(array.dtype, copy=False)

@@ -155,8 +155,7 @@ class KernelBackend:
     def _scratch(self, chunks: int, sizes: list[int], dtype) -> Operand:
         """A contiguous (chunks, channels) work array."""
         count = math.prod(sizes)
-        contiguous = [math.prod(sizes[d + 1:]) for d in range(CHANNEL_DIMS)]
-        return Operand(self.xp.empty((chunks, count), dtype), (count, *contiguous))
+        return Operand(self.xp.empty((chunks, count), dtype), (count, *_contiguous(sizes)))
 
     @staticmethod
     def _reversed(scratch: Operand) -> Operand:
@@ -169,8 +168,7 @@ class KernelBackend:
         itemsize = state.array.dtype.itemsize
         view = self.xp.lib.stride_tricks.as_strided(
             state.array, shape=tuple(sizes), strides=tuple(s * itemsize for s in state.strides[1:]))
-        contiguous = [math.prod(sizes[d + 1:]) for d in range(CHANNEL_DIMS)]
-        return Operand(self.xp.ascontiguousarray(view, dtype=dtype), (0, *contiguous))
+        return Operand(self.xp.ascontiguousarray(view, dtype=dtype), (0, *_contiguous(sizes)))
 
     # ---- the plan ------------------------------------------------------------
 
@@ -232,6 +230,11 @@ class KernelBackend:
         self.launch("linear_recurrence_nonfinite_channels", acc, count, products.array,
                     reduced.array, carries.array, flags, count, chunks)
         return flags
+
+
+def _contiguous(sizes: list[int]) -> list[int]:
+    """The channel strides, in elements, of C-contiguous channels of these sizes."""
+    return [math.prod(sizes[d + 1:]) for d in range(CHANNEL_DIMS)]
 
 
 def _pointer(operand: Operand | None):

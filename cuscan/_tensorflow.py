@@ -120,9 +120,7 @@ def _backward(grad_output, decays, output, initial_state, axis, reverse):
 
 
 def _sum_to(grad: tf.Tensor, shape: tf.TensorShape) -> tf.Tensor:
-    lead = len(grad.shape) - len(shape)
-    axes = list(range(lead)) + [lead + i for i, n in enumerate(shape)
-                                if n == 1 and grad.shape[lead + i] != 1]
+    axes = list(_api.summed_axes(tuple(grad.shape), tuple(shape)))
     return tf.reshape(tf.reduce_sum(grad, axes, keepdims=True), shape) if axes else grad
 
 

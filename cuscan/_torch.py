@@ -187,10 +187,7 @@ def _setup_context(ctx, inputs, output):
 def _sum_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     if grad.shape == shape:
         return grad
-    lead = grad.ndim - len(shape)
-    dims = list(range(lead)) + [lead + i for i, n in enumerate(shape)
-                                if n == 1 and grad.shape[lead + i] != 1]
-    return grad.sum(dims, keepdim=True).reshape(shape)
+    return grad.sum(_api.summed_axes(grad.shape, shape), keepdim=True).reshape(shape)
 
 
 def _backward_autograd(ctx, grad_output):

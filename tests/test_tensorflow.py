@@ -148,14 +148,21 @@ def test_inputs_not_modified():
     np.testing.assert_array_equal(impulses.numpy(), copies[1])
 
 
+def _operands(rng, length: int, dtype: tf.DType) -> list[np.ndarray]:
+    """Time-invariant decays, (length, 2, 3) impulses and a broadcast initial state,
+    rotated by random phases for a complex dtype."""
+    values = [rng.uniform(0, 0.9, 3), rng.standard_normal((length, 2, 3)),
+              rng.standard_normal((1, 3))]
+    if dtype.is_complex:
+        values = [v * np.exp(1j * rng.uniform(0, 6, v.shape)) for v in values]
+    return values
+
+
 @pytest.mark.parametrize("dtype", [tf.float64, tf.complex128])
 @pytest.mark.parametrize("method", ["serial", "parallel"])
 @pytest.mark.parametrize("reverse", [False, True])
 def test_gradients_match_gradient_tape(dtype, method, reverse):
-    rng = np.random.default_rng(2)
-    values = [rng.uniform(0, 0.9, 3), rng.standard_normal((17, 2, 3)), rng.standard_normal((1, 3))]
-    if dtype.is_complex:
-        values = [v * np.exp(1j * rng.uniform(0, 6, v.shape)) for v in values]
+    values = _operands(np.random.default_rng(2), 17, dtype)
     inputs = [tf.constant(v) for v in values]
     weights = tf.constant(np.arange(17 * 2 * 3).reshape(17, 2, 3) % 5, tf.float64)
 
@@ -177,10 +184,7 @@ def test_gradients_match_gradient_tape(dtype, method, reverse):
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("graph", [False, True])
 def test_second_order_and_forward_mode(dtype, reverse, graph):
-    rng = np.random.default_rng(3)
-    values = [rng.uniform(0, 0.9, 3), rng.standard_normal((9, 2, 3)), rng.standard_normal((1, 3))]
-    if dtype.is_complex:
-        values = [v * np.exp(1j * rng.uniform(0, 6, v.shape)) for v in values]
+    values = _operands(np.random.default_rng(3), 9, dtype)
     inputs = [tf.constant(v) for v in values]
     directions = [tf.constant(np.cos(np.arange(v.size)).reshape(v.shape), dtype) for v in values]
 
