@@ -181,14 +181,70 @@ def test_gradcheck(name):
     assert torch.autograd.gradcheck(function, (x, *state))
 
 
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("enforce_sorted", [True, False])
+def test_packed_sequences(name, enforce_sorted):
+    """A PackedSequence gives, for each sequence, what running it alone gives: its
+    outputs and its state after its own last step, in value and gradient."""
+    model, inputs = make(name, batch_first=True)  # batch_first does not apply to packed input
+    generator = torch.Generator().manual_seed(7)
+    lengths = [9, 4, 13, 1, 9] if not enforce_sorted else [13, 9, 9, 4, 1]
+    sequences = [torch.randn(n, inputs, generator=generator, dtype=torch.float64,
+                             requires_grad=True) for n in lengths]
+    state = random_state(model, len(lengths), generator)
+    packed = torch.nn.utils.rnn.pack_sequence(sequences, enforce_sorted=enforce_sorted)
+    output, final = model(packed, state)
+    assert isinstance(output, torch.nn.utils.rnn.PackedSequence)
+    torch.testing.assert_close(output.batch_sizes, packed.batch_sizes)
+    padded, got_lengths = torch.nn.utils.rnn.pad_packed_sequence(output, batch_first=True)
+    assert got_lengths.tolist() == lengths
+    weights = torch.randn(padded.shape, generator=generator, dtype=torch.float64)
+    loss = (padded * weights).sum() + sum((s * s).sum() for s in flat(final))
+    grads = torch.autograd.grad(loss, [*sequences, *model.parameters()])
+
+    alone_loss = 0
+    for index, (sequence, length) in enumerate(zip(sequences, lengths, strict=True)):
+        own = tuple(s[:, index] for s in flat(state))
+        alone, alone_final = model(sequence, own if len(own) > 1 else own[0])
+        torch.testing.assert_close(padded[index, :length], alone)
+        for mine, theirs in zip(flat(final), flat(alone_final), strict=True):
+            torch.testing.assert_close(mine[:, index], theirs)
+        alone_loss = alone_loss + (alone * weights[index, :length]).sum() + sum(
+            (s * s).sum() for s in flat(alone_final))
+    expected = torch.autograd.grad(alone_loss, [*sequences, *model.parameters()])
+    for mine, theirs in zip(grads, expected, strict=True):
+        torch.testing.assert_close(mine, theirs)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_unbatched_sequence(name):
+    """``(T, input_size)`` with a ``(num_layers, hidden_size)`` state, as torch.nn.LSTM takes."""
+    model, inputs = make(name, batch_first=True)
+    generator = torch.Generator().manual_seed(8)
+    x = torch.randn(11, inputs, generator=generator, dtype=torch.float64)
+    state = random_state(model, 1, generator)
+    output, final = model(x, tuple(s[:, 0] for s in flat(state)) if isinstance(state, tuple)
+                          else state[:, 0])
+    expected, expected_final = model(x[None], state)
+    torch.testing.assert_close(output, expected[0])
+    for mine, theirs in zip(flat(final), flat(expected_final), strict=True):
+        assert mine.shape == (2, model.hidden_size)
+        torch.testing.assert_close(mine, theirs[:, 0])
+
+
 def test_errors():
     model = GILR(3, 4)
-    with pytest.raises(ValueError, match=r"\(T, B, input_size\) with input_size 3"):
+    with pytest.raises(ValueError, match=r"\(T, B, input_size\) or \(T, input_size\) with "
+                       r"input_size 3, or a PackedSequence; got shape \(5, 2, 4\)"):
         model(torch.randn(5, 2, 4))
+    with pytest.raises(ValueError, match=r"got shape \(5, 4\)"):
+        model(torch.randn(5, 4))
     with pytest.raises(ValueError, match=r"\(B, T, input_size\)"):
         GILR(3, 4, batch_first=True)(torch.randn(5, 2))
     with pytest.raises(ValueError, match=r"shape \(1, 2, 4\)"):
         model(torch.randn(5, 2, 3), torch.zeros(2, 2, 4))
+    with pytest.raises(ValueError, match=r"shape \(1, 4\); got shapes \[\(1, 2, 4\)\]"):
+        model(torch.randn(5, 3), torch.zeros(1, 2, 4))  # unbatched inputs, batched state
     with pytest.raises(ValueError, match=r"\('surrogate', 'cell'\)"):
         GILRLSTM(3, 4)(torch.randn(5, 2, 3), torch.zeros(1, 2, 4))
     with pytest.raises(ValueError, match="method"):

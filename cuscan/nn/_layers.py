@@ -21,11 +21,13 @@ def _previous(states, initial_state):
 
 
 class _Stack(nn.Module):
-    """Layers of one kind stacked; handles ``batch_first``, ``method`` and the states.
+    """Layers of one kind stacked; handles the input layouts, ``method`` and the states.
 
-    Subclasses make their layers with ``_layer(input_size, hidden_size)``; a layer
-    maps time-major ``(T, B, input)`` and its state (or None) to ``(T, B, hidden)``
-    and its final state. States stack along a leading layer dimension.
+    Subclasses make their layers with ``_layer(input_size, hidden_size)``. A
+    layer maps time-major ``(T, B, input)`` and its initial states (a tuple in
+    the order of ``state_names``, None for zeros) to ``(T, B, hidden)`` and
+    the sequence of each state over time, ``(T, B, hidden)``; the stack reads
+    the final states from those. States stack along a leading layer dimension.
     """
 
     state_names: tuple[str, ...] = ("h",)
@@ -45,59 +47,100 @@ class _Stack(nn.Module):
     def _layer(self, input_size: int, hidden_size: int, **options) -> nn.Module:
         raise NotImplementedError
 
-    def forward(self, inputs: torch.Tensor, state=None):
+    def forward(self, inputs, state=None):
         """Run the stack over a sequence.
 
         Parameters
         ----------
-        inputs : Tensor
-            ``(T, B, input_size)``, or ``(B, T, input_size)`` with ``batch_first``.
+        inputs : Tensor or PackedSequence
+            ``(T, B, input_size)``, or ``(B, T, input_size)`` with
+            ``batch_first``; ``(T, input_size)`` for one unbatched sequence; or
+            a ``torch.nn.utils.rnn.PackedSequence`` of sequences of different
+            lengths.
         state : Tensor or tuple of Tensor, optional
             The initial state: ``(num_layers, B, hidden_size)`` per state tensor
-            (see ``state_names``); zeros when omitted.
+            (see ``state_names``), ``(num_layers, hidden_size)`` for unbatched
+            inputs; zeros when omitted. For a PackedSequence, ``B`` runs in the
+            order of the sequences before packing, as for ``torch.nn.LSTM``.
 
         Returns
         -------
-        output : Tensor
-            The last layer's outputs, ``(T, B, hidden_size)`` (batch first with
-            ``batch_first``).
+        output : Tensor or PackedSequence
+            The last layer's outputs, in the layout of `inputs` with
+            ``hidden_size`` features.
         state : Tensor or tuple of Tensor
-            The final state, in the layout of `state`.
+            The final state, in the layout of `state`; with a PackedSequence,
+            each sequence's state after its own last step.
         """
+        if isinstance(inputs, nn.utils.rnn.PackedSequence):
+            padded, lengths = nn.utils.rnn.pad_packed_sequence(inputs)
+            output, final = self._run(padded, state, lengths)
+            if inputs.sorted_indices is not None:
+                output = output.index_select(1, inputs.sorted_indices)
+                lengths = lengths[inputs.sorted_indices.cpu()]
+            packed = nn.utils.rnn.pack_padded_sequence(output, lengths)
+            return inputs._replace(data=packed.data), final
+        if inputs.ndim == 2 and inputs.shape[-1] == self.input_size:
+            if state is not None:
+                self._parts(state, (self.num_layers, self.hidden_size))
+                state = self._stacked(state, lambda s: s.unsqueeze(1))
+            output, final = self._run(inputs.unsqueeze(1), state, None)
+            return output.squeeze(1), self._stacked(final, lambda s: s.squeeze(1))
         if inputs.ndim != 3 or inputs.shape[-1] != self.input_size:
             order = "(B, T, input_size)" if self.batch_first else "(T, B, input_size)"
-            raise ValueError(f"expected inputs of shape {order} with input_size "
-                             f"{self.input_size}; got shape {tuple(inputs.shape)}")
+            raise ValueError(f"expected inputs of shape {order} or (T, input_size) with "
+                             f"input_size {self.input_size}, or a PackedSequence; "
+                             f"got shape {tuple(inputs.shape)}")
         x = inputs.transpose(0, 1) if self.batch_first else inputs
+        output, final = self._run(x, state, None)
+        return (output.transpose(0, 1) if self.batch_first else output), final
+
+    def _run(self, x, state, lengths):
+        """The stack over time-major ``x``; finals at ``lengths - 1`` when given."""
         states = self._split(state, x.shape[1])
         finals = []
-        for layer, layer_state in zip(self.layers, states, strict=True):
-            x, final = layer(x, layer_state, self.method)
-            finals.append(final)
-        output = x.transpose(0, 1) if self.batch_first else x
-        return output, self._join(finals)
+        for layer, initial in zip(self.layers, states, strict=True):
+            x, sequences = layer(x, initial, self.method)
+            finals.append(tuple(
+                _final(sequence, start, lengths) for sequence, start in zip(
+                    sequences, initial, strict=True)))
+        joined = tuple(torch.stack(parts) for parts in zip(*finals, strict=True))
+        return x, joined[0] if len(joined) == 1 else joined
 
     def _split(self, state, batch: int) -> list:
-        """Per-layer states (None for zeros) from the stacked layout."""
+        """Per-layer tuples of initial states (None for zeros) from the stacked layout."""
         if state is None:
-            return [None] * self.num_layers
+            return [(None,) * len(self.state_names)] * self.num_layers
+        parts = self._parts(state, (self.num_layers, batch, self.hidden_size))
+        return list(zip(*(p.unbind(0) for p in parts), strict=True))
+
+    def _parts(self, state, shape: tuple) -> tuple:
+        """The tensors of ``state``, each checked to have ``shape``."""
         parts = (state,) if len(self.state_names) == 1 else tuple(state)
-        expected = (self.num_layers, batch, self.hidden_size)
-        if len(parts) != len(self.state_names) or any(p.shape != expected for p in parts):
+        if len(parts) != len(self.state_names) or any(p.shape != shape for p in parts):
             got = [tuple(p.shape) for p in parts]
             raise ValueError(f"expected the state as {len(self.state_names)} tensor(s) "
-                             f"{self.state_names} of shape {expected}; got shapes {got}")
-        layers = list(zip(*(p.unbind(0) for p in parts), strict=True))
-        return [layer[0] if len(layer) == 1 else layer for layer in layers]
+                             f"{self.state_names} of shape {shape}; got shapes {got}")
+        return parts
 
-    def _join(self, finals: list):
-        if len(self.state_names) == 1:
-            return torch.stack(finals)
-        return tuple(torch.stack(parts) for parts in zip(*finals, strict=True))
+    def _stacked(self, state, change):
+        """``change`` applied to each tensor of a state in the stacked layout."""
+        return change(state) if len(self.state_names) == 1 else tuple(map(change, state))
 
     def extra_repr(self) -> str:
         return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
                 f"batch_first={self.batch_first}, method={self.method!r}")
+
+
+def _final(sequence, initial, lengths):
+    """The state after the last step: ``initial`` (or zeros) for an empty sequence,
+    and each sequence's own last step when ``lengths`` are given."""
+    if lengths is not None:
+        steps = (lengths - 1).to(sequence.device)
+        return sequence[steps, torch.arange(sequence.shape[1], device=sequence.device)]
+    if len(sequence):
+        return sequence[-1]
+    return sequence.new_zeros(sequence.shape[1:]) if initial is None else initial
 
 
 class _GILRLayer(nn.Module):
@@ -108,13 +151,8 @@ class _GILRLayer(nn.Module):
     def forward(self, x, state, method):
         gate, impulse = self.linear(x).chunk(2, dim=-1)
         gate = torch.sigmoid(gate)
-        h = _scan(gate, (1 - gate) * torch.tanh(impulse), state, method)
-        return h, h[-1] if len(h) else _initial(state, h)
-
-
-def _initial(state, like):
-    """The final state of an empty sequence: the initial one (zeros when None)."""
-    return like.new_zeros(like.shape[1:]) if state is None else state
+        h = _scan(gate, (1 - gate) * torch.tanh(impulse), state[0], method)
+        return h, (h,)
 
 
 class GILR(_Stack):
@@ -158,14 +196,14 @@ class _GILRLSTMLayer(nn.Module):
         self.recurrent = nn.Linear(hidden_size, 4 * hidden_size, bias=False)  # U_{f,i,o,z}
 
     def forward(self, x, state, method):
-        surrogate_state, cell_state = (None, None) if state is None else state
-        surrogate, surrogate_final = self.surrogate(x, surrogate_state, method)
+        surrogate_state, cell_state = state
+        surrogate, _ = self.surrogate(x, (surrogate_state,), method)
         pre = self.inputs(x) + self.recurrent(_previous(surrogate, surrogate_state))
         forget, inp, out, candidate = pre.chunk(4, dim=-1)
         forget = torch.sigmoid(forget)
         c = _scan(forget, torch.sigmoid(inp) * torch.tanh(candidate), cell_state, method)
         h = torch.sigmoid(out) * c
-        return h, (surrogate_final, c[-1] if len(c) else _initial(cell_state, c))
+        return h, (surrogate, c)
 
 
 class GILRLSTM(_Stack):
@@ -212,9 +250,9 @@ class _SRULayer(nn.Module):
     def forward(self, x, state, method):
         candidate, forget, reset = self.linear(x).chunk(3, dim=-1)
         forget, reset = torch.sigmoid(forget), torch.sigmoid(reset)
-        c = _scan(forget, (1 - forget) * candidate, state, method)
+        c = _scan(forget, (1 - forget) * candidate, state[0], method)
         h = reset * torch.tanh(c) + (1 - reset) * self.highway(x)
-        return h, c[-1] if len(c) else _initial(state, c)
+        return h, (c,)
 
 
 class SRU(_Stack):
@@ -259,9 +297,9 @@ class _QRNNLayer(nn.Module):
             pre = x.new_zeros(0, x.shape[1], self.conv.out_channels)
         z, f, o = pre.chunk(3, dim=-1)
         f = torch.sigmoid(f)
-        c = _scan(f, (1 - f) * torch.tanh(z), state, method)
+        c = _scan(f, (1 - f) * torch.tanh(z), state[0], method)
         h = torch.sigmoid(o) * c
-        return h, c[-1] if len(c) else _initial(state, c)
+        return h, (c,)
 
 
 class QRNN(_Stack):
