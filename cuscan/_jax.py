@@ -4,8 +4,9 @@ The forward and the VJP each run as a ``jax.experimental.buffer_callback``:
 XLA hands over its own buffers, inputs and outputs, and the core computes in
 place on them (NumPy on CPU; CuPy on GPU, on XLA's stream), so nothing is
 copied. ``jax.custom_vjp`` ties the two together, so the function works
-eagerly and under ``jit``, ``grad`` and ``vmap``. Imported only when a JAX
-array is passed.
+eagerly and under ``jit``, ``grad`` and ``vmap``; the VJP is a ``custom_vjp``
+too, so reverse mode works to any order. Imported only when a JAX array is
+passed.
 """
 
 from __future__ import annotations
@@ -85,10 +86,16 @@ def _backward_callback(axis: int, reverse: bool, holomorphic: bool):
 
     def callback(ctx, out, grad_output, decays, output, initial_state):
         with _stream(ctx, grad_output):
-            operands = [_view(decays), _view(output), _view(initial_state)]
+            grad_output, output = _view(grad_output), _view(output)
+            if grad_output.shape != output.shape:
+                # vmap batched the cotangent (jacrev) or the output alone: the other has
+                # a batch dimension of 1, read with stride 0
+                xp = _backend.select({"output": output}).xp
+                grad_output, output = xp.broadcast_arrays(grad_output, output)
+            operands = [_view(decays), output, _view(initial_state)]
             if holomorphic:
                 operands = [None if v is None else v.conj() for v in operands]
-            _api.backward(_view(grad_output), *operands, axis=axis, reverse=reverse,
+            _api.backward(grad_output, *operands, axis=axis, reverse=reverse,
                           out=tuple(_view(o, writeable=True) for o in out))
 
     return callback
@@ -108,7 +115,8 @@ def _recurrence(decays, impulses, initial_state, axis, reverse, method):
 
 
 def _recurrence_fwd(decays, impulses, initial_state, axis, reverse, method):
-    output = _call_forward(decays, impulses, initial_state, axis, reverse, method)
+    # Through the custom_vjp function itself, so that an outer derivative sees it.
+    output = _recurrence(decays, impulses, initial_state, axis, reverse, method)
     return output, (decays, output, initial_state)
 
 
@@ -123,10 +131,67 @@ def _call_backward(grad_output, decays, output, initial_state, axis, reverse):
 
 def _recurrence_bwd(axis, reverse, _method, residuals, grad_output):
     decays, output, initial_state = residuals
-    return _call_backward(grad_output, decays, output, initial_state, axis, reverse)
+    return _vjp(grad_output, decays, output, initial_state, axis, reverse)
 
 
 _recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _vjp(grad_output, decays, output, initial_state, axis, reverse):
+    """The VJP by the fused kernel, differentiable in reverse mode through `_composite_vjp`."""
+    return _call_backward(grad_output, decays, output, initial_state, axis, reverse)
+
+
+def _vjp_fwd(grad_output, decays, output, initial_state, axis, reverse):
+    grads = _vjp(grad_output, decays, output, initial_state, axis, reverse)
+    return grads, (grad_output, decays, output, initial_state)
+
+
+def _vjp_bwd(axis, reverse, residuals, cotangents):
+    composite = functools.partial(_composite_vjp, axis=axis, reverse=reverse)
+    return jax.vjp(composite, *residuals)[1](cotangents)
+
+
+_vjp.defvjp(_vjp_fwd, _vjp_bwd)
+
+
+def _composite_vjp(grad_output, decays, output, initial_state, *, axis, reverse):
+    """`_vjp` from `_recurrence` and jax.numpy, for JAX to differentiate (JAX's convention).
+
+    ``grad_impulses[t] = grad_output[t] + decays[t+1] * grad_impulses[t+1]`` is a reverse
+    recurrence over the decays shifted one step earlier; ``grad_decays[t] = output[t-1] *
+    grad_impulses[t]`` with ``output[-1] = initial_state``; ``grad_initial_state =
+    decays[0] * grad_impulses[0]`` (with time flipped when ``reverse``).
+    """
+    shape, steps = output.shape, output.shape[axis]
+    if steps == 0:
+        zeros = [None if v is None else jnp.zeros(v.shape, output.dtype)
+                 for v in (decays, output, initial_state)]
+        return tuple(zeros)
+    a, grad_output, output = (jnp.flip(v, axis) if reverse else v for v in (
+        jnp.broadcast_to(decays, shape), grad_output, output))
+
+    def steps_from(array, start, stop):
+        return jax.lax.slice_in_dim(array, start, stop, axis=axis)
+
+    later = jnp.concatenate([steps_from(a, 1, steps), jnp.zeros_like(steps_from(a, 0, 1))],
+                            axis)
+    grad_impulses = _recurrence(later, grad_output, None, axis, True, "auto")
+    first = (jnp.zeros_like(steps_from(output, 0, 1)) if initial_state is None else
+             jnp.broadcast_to(jnp.expand_dims(initial_state, axis), steps_from(output, 0, 1).shape))
+    grad_decays = jnp.concatenate([first, steps_from(output, 0, steps - 1)], axis) * grad_impulses
+    grad_state = None if initial_state is None else _sum_to(jnp.squeeze(
+        steps_from(a, 0, 1) * steps_from(grad_impulses, 0, 1), axis), initial_state.shape)
+    if reverse:
+        grad_decays, grad_impulses = jnp.flip(grad_decays, axis), jnp.flip(grad_impulses, axis)
+    return _sum_to(grad_decays, decays.shape), grad_impulses, grad_state
+
+
+def _sum_to(grad, shape):
+    """A broadcast operand's gradient: ``grad`` summed back to ``shape``."""
+    axes = _api.summed_axes(grad.shape, shape)
+    return jnp.sum(grad, axis=axes, keepdims=True).reshape(shape) if axes else grad.reshape(shape)
 
 
 def _as_jax(operands: dict[str, object]) -> list[jax.Array | None]:
@@ -172,8 +237,8 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, r
     shape, axis = _api.backward_shape(grad_output.shape, decays.shape, output.shape,
                                       state_shape, axis)
     ndim = len(shape)
-    grads = _call_backward(grad_output, _with_rank(decays, ndim), output,
-                           _with_rank(initial_state, ndim - 1), axis - ndim, reverse)
+    grads = _vjp(grad_output, _with_rank(decays, ndim), output,
+                 _with_rank(initial_state, ndim - 1), axis - ndim, reverse)
     grad_decays, grad_impulses, grad_state = grads
     return (grad_decays.reshape(decays.shape), grad_impulses,
             None if initial_state is None else grad_state.reshape(initial_state.shape))

@@ -165,13 +165,89 @@ def test_gradients_match_associative_scan(device, dtype, method, reverse):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "complex128"])
-def test_check_grads(device, dtype):
+@pytest.mark.parametrize("reverse", [False, True])
+def test_check_grads(device, dtype, reverse):
+    """Reverse mode to third order against finite differences."""
     rng = np.random.default_rng(3)
-    values = [rng.uniform(0, 0.9, (9, 2)), rng.standard_normal((9, 2)), rng.standard_normal(2)]
+    values = [rng.uniform(0, 0.9, (9, 1)), rng.standard_normal((9, 2)), rng.standard_normal(2)]
     if dtype == "complex128":
         values = [v * (1 + 0.5j) for v in values]
-    check_grads(lambda a, x, s: cuscan.linear_recurrence(a, x, s, method="parallel"),
-                put(device, *values), order=1, modes=["rev"])
+    check_grads(lambda a, x, s: cuscan.linear_recurrence(a, x, s, method="parallel",
+                                                         reverse=reverse),
+                put(device, *values), order=3, modes=["rev"])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_higher_order_matches_associative_scan(device, dtype, reverse):
+    """Second derivatives (grad of grad, and jacrev of jacrev) with broadcast operands."""
+    rng = np.random.default_rng(6)
+    values = [rng.uniform(0, 0.9, (7, 1, 3)), rng.standard_normal((7, 2, 3)),
+              rng.standard_normal((1, 3))]
+    if dtype == "complex128":
+        values = [v * np.exp(1j * rng.uniform(0, 6, v.shape)) for v in values]
+    operands = put(device, *values)
+    weights = [jnp.asarray(rng.standard_normal(v.shape)) for v in values]
+
+    def loss(function):
+        def value(a, x, s):
+            h = function(a, x, s)
+            return jnp.sum(jnp.abs(h) ** 2 * (jnp.arange(h.size).reshape(h.shape) % 5)
+                           + jnp.real(h) ** 3)
+        return value
+
+    ours = loss(lambda a, x, s: cuscan.linear_recurrence(a, x, s, reverse=reverse))
+    theirs = loss(lambda a, x, s: associative_scan(a, x, s, reverse))
+    for first in range(3):
+        def mixed(function, first=first):
+            return lambda *p: jnp.sum(jnp.real(weights[first] * jax.grad(
+                function, argnums=first)(*p)))
+        mine = jax.jit(jax.grad(mixed(ours), argnums=(0, 1, 2)))(*operands)
+        expected = jax.grad(mixed(theirs), argnums=(0, 1, 2))(*operands)
+        for got, want in zip(mine, expected, strict=True):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9,
+                                       atol=1e-9)
+    if dtype == "float64":
+        hessian = jax.jacrev(jax.jacrev(ours))(*operands)
+        np.testing.assert_allclose(np.asarray(hessian), np.asarray(jax.hessian(theirs)(
+            *operands)), rtol=1e-9, atol=1e-9)
+
+
+def test_jacobian_and_vjp_function_derivatives(device):
+    """jacrev maps the VJP over a batch of cotangents alone; linear_recurrence_vjp is
+    itself differentiable."""
+    rng = np.random.default_rng(7)
+    decays, impulses, state, cotangent = put(
+        device, rng.uniform(0, 1, (6, 2)), rng.standard_normal((6, 2)), rng.standard_normal(2),
+        rng.standard_normal((6, 2)))
+    for argnum in range(3):
+        mine = jax.jacrev(cuscan.linear_recurrence, argnums=argnum)(decays, impulses, state)
+        expected = jax.jacrev(associative_scan, argnums=argnum)(decays, impulses, state)
+        np.testing.assert_allclose(np.asarray(mine), np.asarray(expected), rtol=1e-12)
+
+    def through_vjp(vjp_of):
+        def value(a, s):
+            h = associative_scan(a, impulses, s)
+            return sum(jnp.sum(g ** 2) for g in vjp_of(a, h, s))
+        return value
+
+    mine = jax.grad(through_vjp(lambda a, h, s: cuscan.linear_recurrence_vjp(
+        cotangent, a, h, s)), argnums=(0, 1))(decays, state)
+    expected = jax.grad(through_vjp(lambda a, h, s: jax.vjp(
+        lambda a, x, s: associative_scan(a, x, s), a, impulses, s)[1](cotangent)),
+        argnums=(0, 1))(decays, state)
+    for got, want in zip(mine, expected, strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10)
+
+
+def test_forward_mode_is_refused():
+    """A custom_vjp has no forward mode: JAX's own error, never a wrong tangent."""
+    a, x = jnp.full((4, 2), 0.5), jnp.ones((4, 2))
+    with pytest.raises(TypeError, match="forward-mode"):
+        jax.jvp(lambda a: cuscan.linear_recurrence(a, x), (a,), (a,))
+    with pytest.raises(TypeError, match="forward-mode"):
+        jax.hessian(lambda a: jnp.sum(cuscan.linear_recurrence(a, x) ** 2))(a)
 
 
 def test_vmap(device):
