@@ -17,11 +17,20 @@ _ALIASES = {"jaxlib": "jax"}
 
 
 def library(value: object) -> str | None:
-    """The library an operand belongs to; None for scalars (Python's and NumPy's) and sequences."""
+    """The library an operand belongs to; None for scalars (Python's and NumPy's) and sequences.
+
+    Objects of other libraries that NumPy can convert (``__array__``, as pandas
+    Series and DataFrames have) and that DLPack or CUDA's interface cannot view
+    count as NumPy's.
+    """
     if value is None or isinstance(value, (*_PYTHON_SCALARS, np.generic, list, tuple)):
         return None
     module = type(value).__module__.partition(".")[0]
-    return _ALIASES.get(module, module)
+    lib = _ALIASES.get(module, module)
+    if (lib not in _BACKENDS and lib not in _ADAPTERS and not interchangeable(value)
+            and hasattr(value, "__array__")):
+        return "numpy"
+    return lib
 
 
 def interchangeable(value: object) -> bool:
@@ -50,7 +59,8 @@ def _library(operands: dict[str, object]) -> tuple[str, str | None]:
         raise TypeError(
             f"`{found[lib]}` is a {type(value).__qualname__} from {lib}, which cuscan does not "
             "support; expected a NumPy or CuPy array, a torch, JAX or TensorFlow tensor, "
-            "an array with __dlpack__ or __cuda_array_interface__, or a Python scalar"
+            "an array with __dlpack__, __cuda_array_interface__ or __array__, or a Python "
+            "scalar or sequence"
         )
     return lib, found.get(lib)
 

@@ -7,6 +7,7 @@ import pytest
 
 import cuscan
 from cuscan import linear_recurrence, linear_recurrence_vjp
+from tests.conftest import require
 
 
 def test_shapes_do_not_broadcast(backend):
@@ -89,6 +90,25 @@ def test_unknown_library():
     Foreign.__module__ = "otherlib"
     with pytest.raises(TypeError, match="does not support; expected a NumPy or CuPy array"):
         cuscan.linear_recurrence(Foreign(), 1.0)
+
+
+def test_objects_numpy_converts_are_array_likes():
+    """``__array__`` without DLPack (pandas, array wrappers) is NumPy's array_like."""
+    class Wrapper:
+        __module__ = "otherlib"
+
+        def __array__(self, dtype=None, copy=None):
+            return np.ones((3, 2))
+
+    result = cuscan.linear_recurrence(0.5, Wrapper())
+    assert type(result) is np.ndarray
+    np.testing.assert_array_equal(result, [[1, 1], [1.5, 1.5], [1.75, 1.75]])
+    cuscan.linear_recurrence(np.full(2, 0.5), Wrapper())  # mixes with NumPy arrays
+    pandas = require("pandas")
+    series = pandas.Series([1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(cuscan.linear_recurrence(0.5, series), [1.0, 2.5, 4.25])
+    with pytest.raises(TypeError, match="dtype object"):
+        cuscan.linear_recurrence(0.5, pandas.Series(["a", "b"]))
 
 
 def test_vjp_shapes(backend):

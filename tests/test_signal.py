@@ -121,6 +121,9 @@ def test_ema_matches_pandas(backend, alpha):
     expected = pandas.Series(x).ewm(alpha=alpha, adjust=False).mean().to_numpy()
     result = backend.to_numpy(signal.ema(backend.asarray(x), alpha))
     np.testing.assert_allclose(result, expected, rtol=1e-11, atol=1e-12)
+    # A Series is an array_like: the result is NumPy's
+    np.testing.assert_allclose(signal.ema(pandas.Series(x), alpha), expected, rtol=1e-11,
+                               atol=1e-12)
 
 
 def test_ema_per_channel_and_time_varying(backend):
