@@ -66,8 +66,9 @@ def linear_recurrence(
     numpy.exceptions.AxisError
         If `axis` is out of range.
     TypeError
-        If an input has an unsupported dtype (object, string, datetime...), or
-        arrays from different libraries or devices are mixed.
+        If an input has an unsupported dtype (object, string, datetime...),
+        arrays from different libraries or devices are mixed, `axis` is not an
+        integer or `reverse` not a bool.
 
     Notes
     -----
@@ -110,6 +111,7 @@ def linear_recurrence(
     array([1.75, 1.5 , 1.  ])
     """
     check_method(method)
+    reverse = check_reverse(reverse)
     operands = {"decays": decays, "impulses": impulses, "initial_state": initial_state}
     check_given(operands)
     adapter = _backend.adapter(operands)
@@ -186,8 +188,8 @@ def linear_recurrence_vjp(
     numpy.exceptions.AxisError
         If `axis` is out of range.
     TypeError
-        For unsupported dtypes or mixed libraries, as in
-        :func:`linear_recurrence`.
+        For unsupported dtypes, mixed libraries, a non-integer `axis` or a
+        non-bool `reverse`, as in :func:`linear_recurrence`.
 
     Notes
     -----
@@ -220,6 +222,7 @@ def linear_recurrence_vjp(
     >>> float(grad_decays)
     4.0
     """
+    reverse = check_reverse(reverse)
     operands = {"grad_output": grad_output, "decays": decays, "output": output,
                 "initial_state": initial_state}
     check_given(operands)
@@ -286,6 +289,14 @@ def check_given(operands: dict[str, object], optional: tuple[str, ...] = ("initi
             )
 
 
+def check_reverse(reverse) -> bool:
+    """``reverse`` as a bool; raise TypeError unless it is a bool (or 0 or 1)."""
+    if isinstance(reverse, (bool, np.bool_)) or (
+            isinstance(reverse, (int, np.integer)) and reverse in (0, 1)):
+        return bool(reverse)
+    raise TypeError(f"`reverse` must be a bool; got {reverse!r}")
+
+
 def check_method(method: str) -> None:
     """Raise unless ``method`` is one of `METHODS`."""
     if method not in METHODS:
@@ -345,6 +356,8 @@ def _time_axis(axis: int, shape: tuple[int, ...]) -> int:
         raise ValueError(
             "the inputs are 0-d, so there is no time axis; expected at least 1 dimension"
         )
+    if isinstance(axis, (bool, np.bool_)) or not hasattr(type(axis), "__index__"):
+        raise TypeError(f"`axis` must be an integer; got {axis!r}")
     return normalize_axis_index(operator.index(axis), len(shape))
 
 

@@ -29,8 +29,25 @@ def test_axis_out_of_range(backend):
 
 def test_axis_must_be_an_integer(backend):
     x = backend.asarray(np.ones((4, 8)))
-    with pytest.raises(TypeError):
-        linear_recurrence(x, x, axis=1.0)
+    for axis in (1.0, True, None, "1"):
+        with pytest.raises(TypeError, match=f"`axis` must be an integer; got {axis!r}"):
+            linear_recurrence(x, x, axis=axis)
+    with pytest.raises(TypeError, match="`axis` must be an integer"):
+        linear_recurrence_vjp(x, x, x, axis=np.True_)
+    assert linear_recurrence(x, x, axis=np.int64(1)).shape == (4, 8)
+
+
+def test_reverse_must_be_a_bool(backend):
+    x = backend.asarray(np.ones((4, 8)))
+    for reverse in ("no", None, 2, 0.0):
+        with pytest.raises(TypeError, match=f"`reverse` must be a bool; got {reverse!r}"):
+            linear_recurrence(x, x, reverse=reverse)
+        with pytest.raises(TypeError, match="`reverse` must be a bool"):
+            linear_recurrence_vjp(x, x, x, reverse=reverse)
+    expected = backend.to_numpy(linear_recurrence(x, x, reverse=True))
+    for reverse in (1, np.True_):
+        np.testing.assert_array_equal(
+            backend.to_numpy(linear_recurrence(x, x, reverse=reverse)), expected)
 
 
 def test_zero_dimensional(backend):
