@@ -318,6 +318,10 @@ def _as_tensors(names: tuple[str, ...], *values) -> list[torch.Tensor | None]:
     for name, value in zip(names, values, strict=True):
         if not isinstance(value, torch.Tensor):
             continue
+        if value.is_nested:
+            raise TypeError(f"`{name}` is a nested tensor; cuscan needs dense (strided) "
+                            "tensors (pad with torch.nested.to_padded_tensor, or run each "
+                            "sequence in turn)")
         if value.layout != torch.strided:
             raise TypeError(f"`{name}` is a {value.layout} tensor; cuscan needs dense (strided) "
                             "tensors (convert with .to_dense())")

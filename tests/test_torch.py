@@ -219,3 +219,6 @@ def test_unsupported_dtypes_are_rejected(dtype):
 def test_sparse_tensors_are_rejected():
     with pytest.raises(TypeError, match=r"`impulses` is a torch\.sparse_coo tensor"):
         cuscan.linear_recurrence(0.5, torch.eye(3).to_sparse())
+    nested = torch.nested.nested_tensor([torch.ones(3), torch.ones(4)], layout=torch.jagged)
+    with pytest.raises(TypeError, match="`decays` is a nested tensor"):
+        cuscan.linear_recurrence(nested, 1.0)
