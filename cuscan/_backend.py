@@ -65,6 +65,12 @@ def _library(operands: dict[str, object]) -> tuple[str, str | None]:
     return lib, found.get(lib)
 
 
+def which(operands: dict[str, object]) -> str:
+    """The one library of the operands (name -> value): numpy if none, "interchange" for
+    other arrays with DLPack or CUDA's interface; raises as `adapter` does."""
+    return _library(operands)[0]
+
+
 def adapter(operands: dict[str, object]) -> ModuleType | None:
     """The framework adapter for these operands (name -> value), or None for arrays.
 

@@ -235,8 +235,17 @@ def _as_tensors(operands: dict[str, object]) -> list[tf.Tensor | None]:
     stand_ins = {name: operands[name] if t is None else np.empty(0, t.dtype.as_numpy_dtype)
                  for name, t in tensors.items()}
     dtype = tf.as_dtype(_dtypes.result_dtype(stand_ins))
-    return [None if v is None else tf.constant(v, dtype) if t is None else tf.cast(t, dtype)
+    return [None if v is None else tf.constant(v, dtype) if t is None else _cast(t, dtype)
             for v, t in zip(operands.values(), tensors.values(), strict=True)]
+
+
+def _cast(tensor: tf.Tensor, dtype: tf.DType) -> tf.Tensor:
+    """``tensor`` in ``dtype``; a real tensor made complex by tf.complex, whose gradient is
+    the real part (tf.cast's warns that it discards the imaginary part)."""
+    if dtype.is_complex and not tensor.dtype.is_complex:
+        real = tf.cast(tensor, dtype.real_dtype)
+        return tf.complex(real, tf.zeros_like(real))
+    return tf.cast(tensor, dtype)
 
 
 def _shape(tensor: tf.Tensor | None):

@@ -184,19 +184,25 @@ def _setup_context(ctx, inputs, output):
     ctx.impulses_shape, ctx.impulses_dtype = impulses.shape, impulses.dtype
 
 
-def _sum_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    if grad.shape == shape:
-        return grad
-    return grad.sum(_api.summed_axes(grad.shape, shape), keepdim=True).reshape(shape)
+def _sum_to(grad: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+    """The gradient of an operand of ``shape`` and ``dtype`` broadcast and promoted to
+    ``grad``'s: summed back, and its real part for a real operand of a complex result."""
+    if grad.shape != shape:
+        grad = grad.sum(_api.summed_axes(grad.shape, shape), keepdim=True).reshape(shape)
+    if grad.is_complex() and not dtype.is_complex:
+        grad = grad.real
+    return grad.to(dtype)
 
 
 def _backward_autograd(ctx, grad_output):
     decays, output, initial_state = ctx.saved_tensors
     grad_decays, grad_impulses, grad_state = _backward(
         grad_output, decays, output, initial_state, ctx.axis, ctx.reverse)
-    grad_impulses = _sum_to(grad_impulses, ctx.impulses_shape).to(ctx.impulses_dtype)
-    grad_state = None if initial_state is None else grad_state.to(initial_state.dtype)
-    return grad_decays.to(decays.dtype), grad_impulses, grad_state, None, None, None
+    grad_impulses = _sum_to(grad_impulses, ctx.impulses_shape, ctx.impulses_dtype)
+    grad_state = None if initial_state is None else _sum_to(grad_state, initial_state.shape,
+                                                            initial_state.dtype)
+    return (_sum_to(grad_decays, decays.shape, decays.dtype), grad_impulses, grad_state,
+            None, None, None)
 
 
 _forward.register_autograd(_backward_autograd, setup_context=_setup_context)
@@ -270,10 +276,10 @@ class _Recurrence(torch.autograd.Function):
         decays, output, initial_state = ctx.saved_tensors
         grad_decays, grad_impulses, grad_state = _differentiable_vjp(
             grad_output, decays, output, initial_state, ctx.axis, ctx.reverse)
-        grad_decays = _sum_to(grad_decays, decays.shape).to(decays.dtype)
-        grad_impulses = _sum_to(grad_impulses, ctx.impulses_shape).to(ctx.impulses_dtype)
+        grad_decays = _sum_to(grad_decays, decays.shape, decays.dtype)
+        grad_impulses = _sum_to(grad_impulses, ctx.impulses_shape, ctx.impulses_dtype)
         if grad_state is not None:
-            grad_state = _sum_to(grad_state, initial_state.shape).to(initial_state.dtype)
+            grad_state = _sum_to(grad_state, initial_state.shape, initial_state.dtype)
         return grad_decays, grad_impulses, grad_state, None, None, None
 
 

@@ -8,6 +8,7 @@ import pytest
 import cuscan
 from cuscan import _api
 from tests import reference
+from tests.conftest import require
 
 
 class Exported:
@@ -50,3 +51,19 @@ def test_forward_and_vjp_through_dlpack(monkeypatch):
 def test_objects_without_an_interface_are_rejected():
     with pytest.raises(TypeError, match="__dlpack__"):
         cuscan.linear_recurrence(0.5, object())
+
+
+def test_signal_filters_through_dlpack():
+    """cuscan.signal takes such arrays too (as NumPy arrays), zi included."""
+    ss = require("scipy.signal")
+    from cuscan import signal
+
+    x = np.random.default_rng(3).standard_normal((2, 300))
+    sos = ss.butter(4, 0.1, output="sos")
+    zi = np.ones((2, 2, 2))
+    y, zf = signal.sosfilt(sos, Exported(x), zi=Exported(zi))
+    expected, expected_zf = ss.sosfilt(sos, x, zi=zi)
+    assert isinstance(y, np.ndarray)
+    np.testing.assert_allclose(y, expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(zf, expected_zf, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(signal.ema(Exported(x), 0.5), signal.ema(x, 0.5))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -193,3 +195,172 @@ def test_lfilter_zi_broadcasts_as_scipy(backend):
         signal.lfilter(b, a, backend.asarray(x), zi=backend.asarray(np.zeros((3, 4, 1))))
     with pytest.raises(ValueError, match="other dimensions may be 1"):
         signal.lfilter(b, a, backend.asarray(x), zi=backend.asarray(np.zeros((4, 2))))
+
+
+class Framework:
+    """A framework's tensors on one device: conversion both ways and gradients."""
+
+    def __init__(self, name: str, device: str):
+        self.name, self.device = name, device
+        self.module = require({"torch": "torch", "jax": "jax", "tf": "tensorflow"}[name])
+
+    def tensor(self, array):
+        if self.name == "torch":
+            return self.module.as_tensor(array, device=self.device)
+        if self.name == "jax":
+            return self.module.device_put(array, self.module.devices(self.device)[0])
+        with self.module.device(self.device):
+            return self.module.constant(array)
+
+    def array(self, tensor) -> np.ndarray:
+        if self.name == "torch":
+            return tensor.detach().cpu().numpy()
+        return np.asarray(tensor)
+
+    def is_native(self, value) -> bool:
+        kinds = {"torch": "torch.Tensor", "jax": "jax.Array", "tf": "tensorflow.Tensor"}
+        module, _, name = kinds[self.name].rpartition(".")
+        return isinstance(value, getattr(require(module), name))
+
+    def grad(self, function, *arrays) -> list[np.ndarray]:
+        """The gradients of the scalar ``function`` with respect to each array."""
+        tensors = [self.tensor(a) for a in arrays]
+        if self.name == "torch":
+            tensors = [t.requires_grad_() for t in tensors]
+            function(*tensors).backward()
+            return [self.array(t.grad) for t in tensors]
+        if self.name == "jax":
+            jax = self.module
+            grads = jax.jit(jax.grad(function, argnums=tuple(range(len(tensors)))))(*tensors)
+            return [np.asarray(g) for g in grads]
+        tf = self.module
+        with tf.GradientTape() as tape:
+            tape.watch(tensors)
+            value = function(*tensors)
+        return [g.numpy() for g in tape.gradient(value, tensors)]
+
+    def total(self, value):
+        return (self.module.reduce_sum if self.name == "tf" else lambda v: v.sum())(value)
+
+
+FRAMEWORKS = [("torch", "cpu"), ("jax", "cpu"), ("tf", "CPU"),
+              pytest.param(("torch", "cuda"), marks=pytest.mark.gpu),
+              pytest.param(("jax", "gpu"), marks=pytest.mark.gpu)]
+
+
+@pytest.fixture(params=FRAMEWORKS, ids=lambda p: "-".join(p))
+def framework(request):
+    name, device = request.param
+    if device in ("cuda", "gpu"):
+        from tests.conftest import _gpu_available
+        if not _gpu_available():
+            pytest.skip("needs CuPy and a CUDA GPU")
+    fw = Framework(name, device)
+    if name == "jax":
+        with fw.module.enable_x64(True):
+            yield fw
+    else:
+        yield fw
+
+
+def test_framework_tensors_match_scipy(framework):
+    """Tensors in, the same framework's tensors out, with SciPy's values and dtypes."""
+    pandas = require("pandas")
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3, 500))
+    sos = ss.cheby1(6, 1, 0.05, output="sos")
+    zi = rng.standard_normal((3, 3, 2))
+    y, zf = signal.sosfilt(sos, framework.tensor(x), zi=framework.tensor(zi))
+    expected, expected_zf = ss.sosfilt(sos, x, zi=zi)
+    assert framework.is_native(y)
+    assert framework.is_native(zf)
+    assert relative_error(framework.array(y), expected) < BOUND[np.float64]
+    assert relative_error(framework.array(zf), expected_zf) < BOUND[np.float64]
+    b, a = ss.butter(3, 0.2)
+    lzi = rng.standard_normal((3, 1))  # broadcast over the channels, as SciPy does
+    y, zf = signal.lfilter(b, a, framework.tensor(x.T), axis=0, zi=framework.tensor(lzi))
+    expected, expected_zf = ss.lfilter(b, a, x.T, axis=0, zi=np.broadcast_to(lzi, (3, 3)))
+    np.testing.assert_allclose(framework.array(y), expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(framework.array(zf), expected_zf, rtol=1e-10, atol=1e-12)
+    single = signal.sosfilt(sos, framework.tensor(x.astype(np.float32)))
+    assert framework.array(single).dtype == np.float32
+    assert relative_error(framework.array(single), ss.sosfilt(sos, x)) < BOUND[np.float32]
+    alpha = np.array([0.1, 0.5, 0.9])
+    for given in (0.1, framework.tensor(alpha)):
+        result = framework.array(signal.ema(framework.tensor(x), given))
+        rates = np.full(3, 0.1) if isinstance(given, float) else alpha
+        for channel in range(3):
+            np.testing.assert_allclose(result[channel], pandas.Series(x[channel]).ewm(
+                alpha=rates[channel], adjust=False).mean(), rtol=1e-12, atol=1e-12)
+
+
+def test_framework_gradients(framework):
+    """Gradients with respect to the signal and the initial state equal the exact ones
+    (the filter is linear in both: unit steps give them), and with respect to ema's alpha
+    the central differences."""
+    rng = np.random.default_rng(10)
+    x, zi = rng.standard_normal((2, 9)), rng.standard_normal((2, 2, 2))
+    sos = ss.ellip(4, 1, 40, 0.2, output="sos")
+    weights, state_weights = rng.standard_normal((2, 9)), rng.standard_normal((2, 2, 2))
+
+    def loss(y, zf, total=framework.total, mine=True):
+        scale = (framework.tensor(weights), framework.tensor(state_weights)) if mine else (
+            weights, state_weights)
+        return total(y * scale[0]) + total(zf * scale[1])
+
+    grads = framework.grad(lambda x, zi: loss(*signal.sosfilt(sos, x, zi=zi)), x, zi)
+    base = loss(*ss.sosfilt(sos, x, zi=zi), total=np.sum, mine=False)
+    for index, (array, grad) in enumerate(zip((x, zi), grads, strict=True)):
+        exact = np.zeros_like(array)
+        for at in np.ndindex(array.shape):
+            stepped = [x.copy(), zi.copy()]
+            stepped[index][at] += 1.0
+            exact[at] = loss(*ss.sosfilt(sos, stepped[0], zi=stepped[1]), total=np.sum,
+                             mine=False) - base
+        np.testing.assert_allclose(grad, exact, rtol=1e-9, atol=1e-9 * np.abs(exact).max())
+
+    alpha = np.array([0.2, 0.7])
+    grad_x, grad_alpha = framework.grad(
+        lambda x, alpha: framework.total(signal.ema(x, alpha) * framework.tensor(weights)),
+        x, alpha)
+
+    def numeric(values):
+        return np.sum(signal.ema(x, values) * weights)
+
+    for channel in range(2):
+        step = np.zeros(2)
+        step[channel] = 1e-6
+        central = (numeric(alpha + step) - numeric(alpha - step)) / 2e-6
+        np.testing.assert_allclose(grad_alpha[channel], central, rtol=1e-6)
+    # ema is linear in x: y = sum_k weight_k x_k
+    exact = np.zeros_like(x)
+    for at in np.ndindex(x.shape):
+        stepped = x.copy()
+        stepped[at] += 1.0
+        exact[at] = np.sum((signal.ema(stepped, alpha) - signal.ema(x, alpha)) * weights)
+    np.testing.assert_allclose(grad_x, exact, rtol=1e-10, atol=1e-12)
+
+
+def test_framework_compiled(framework):
+    """Under jax.jit, tf.function and torch.compile (which graph-breaks around the NumPy
+    filter design, warning about it and about its own deprecations)."""
+    x = np.random.default_rng(11).standard_normal((2, 300))
+    sos = ss.butter(4, 0.1, output="sos")
+    compile_ = {"jax": lambda f: framework.module.jit(f),
+                "tf": lambda f: framework.module.function(f),
+                "torch": lambda f: framework.module.compile(f)}[framework.name]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = compile_(lambda x: signal.sosfilt(sos, x))(framework.tensor(x))
+    np.testing.assert_allclose(framework.array(result), ss.sosfilt(sos, x), rtol=1e-10,
+                               atol=1e-12)
+
+
+def test_coefficients_that_require_grad_are_refused():
+    torch = require("torch")
+    a = torch.tensor([1.0, -0.5], requires_grad=True)
+    with pytest.raises(TypeError, match=r"`a` requires grad, but filter coefficients are "
+                                        r"constants"):
+        signal.lfilter([1.0], a, torch.ones(5))
+    y = signal.lfilter(torch.tensor([1.0]), a.detach(), torch.ones(3, dtype=torch.float64))
+    torch.testing.assert_close(y, torch.tensor([1.0, 1.5, 1.75], dtype=torch.float64))

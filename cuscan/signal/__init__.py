@@ -2,7 +2,8 @@
 
 ``lfilter`` and ``sosfilt`` take SciPy's arguments and give SciPy's results
 (``zi``/``zf`` included, so long signals can be filtered block by block), on
-NumPy and CuPy arrays; ``ema`` is an exponential moving average.
+NumPy and CuPy arrays and torch, JAX and TensorFlow tensors; ``ema`` is an
+exponential moving average.
 """
 
 from cuscan.signal._filters import ema, lfilter, lfilter_zi, sosfilt, sosfilt_zi

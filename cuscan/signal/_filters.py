@@ -9,30 +9,44 @@ from numpy.lib.array_utils import normalize_axis_index
 
 from cuscan import _backend
 from cuscan._api import check_given, linear_recurrence
+from cuscan.signal._arrays import namespace
 
 ArrayLike = Any
 
 
-def _host(coefficients) -> np.ndarray:
-    """Filter coefficients as a NumPy array (they are small; CuPy arrays are copied)."""
-    if hasattr(coefficients, "get") and not isinstance(coefficients, np.ndarray):
+def _host(coefficients, name: str) -> np.ndarray:
+    """Filter coefficients as a NumPy array: they are small, and constants (CuPy arrays
+    and tensors are copied; the filter is not differentiated with respect to them)."""
+    if isinstance(coefficients, np.ndarray):
+        return coefficients
+    if getattr(coefficients, "requires_grad", False):
+        raise TypeError(f"`{name}` requires grad, but filter coefficients are constants to "
+                        f"cuscan.signal; pass `{name}.detach()`")
+    if _backend.library(coefficients) == "torch":
+        coefficients = coefficients.cpu()
+    elif hasattr(coefficients, "get") and not isinstance(coefficients, np.ndarray):
         coefficients = coefficients.get()
     return np.asarray(coefficients)
 
 
 def _signal(x, zi=None):
-    """The array module of ``x`` and ``x`` as an inexact array of it."""
+    """The namespace of ``x``'s library and ``x`` as a float32/64 or complex64/128 array
+    of it."""
     check_given({"x": x, "zi": zi}, optional=("zi",))
-    xp = _backend.select({"x": x, "zi": zi}).xp
-    x = xp.asarray(x)
-    if x.dtype.kind not in "fc" or x.dtype.itemsize < 4:
-        if x.dtype.kind not in "biufc" and x.dtype.name != "bfloat16":
-            raise TypeError(f"`x` must hold numbers; got dtype {x.dtype}")
-        x = x.astype(np.float64 if x.dtype.kind in "biu" else np.float32)
-    return xp, x
+    ns = namespace({"x": x, "zi": zi})
+    x = ns.asarray(x)
+    kind, itemsize = ns.kind(x), ns.itemsize(x)
+    if kind not in "biufc":
+        raise TypeError(f"`x` must hold numbers; got dtype {x.dtype}")
+    if kind not in "fc" or itemsize < 4:
+        x = ns.cast(x, np.float64 if kind in "biu" else np.float32)
+    if None in tuple(x.shape):
+        raise ValueError(f"cuscan.signal needs the shape of `x` inside tf.function; got "
+                         f"{x.shape} (give the tf.function an input_signature with sizes)")
+    return ns, x
 
 
-def _dtypes(x_dtype: np.dtype, *coefficients: np.ndarray) -> tuple[np.dtype, np.dtype]:
+def _dtypes(ns, x, *coefficients: np.ndarray) -> tuple[np.dtype, np.dtype]:
     """The dtype filters compute in (double precision) and the one they return.
 
     Poles of low-cutoff designs sit within 1e-4 of the unit circle, where
@@ -40,15 +54,15 @@ def _dtypes(x_dtype: np.dtype, *coefficients: np.ndarray) -> tuple[np.dtype, np.
     so the recurrences always run in double precision and single-precision
     signals are rounded once at the end.
     """
-    complex_ = x_dtype.kind == "c" or any(np.iscomplexobj(c) for c in coefficients)
+    complex_ = ns.kind(x) == "c" or any(np.iscomplexobj(c) for c in coefficients)
     work = np.dtype(np.complex128 if complex_ else np.float64)
-    if x_dtype in (np.float32, np.complex64):
+    if ns.itemsize(x) == (8 if ns.kind(x) == "c" else 4):
         return work, np.dtype(np.complex64 if complex_ else np.float32)
     return work, work
 
 
 def _normalized(b, a) -> tuple[np.ndarray, np.ndarray]:
-    b, a = np.atleast_1d(_host(b)), np.atleast_1d(_host(a))
+    b, a = np.atleast_1d(_host(b, "b")), np.atleast_1d(_host(a, "a"))
     if b.ndim != 1 or a.ndim != 1 or b.size == 0 or a.size == 0:
         raise ValueError(f"`b` and `a` must be non-empty 1-D; got shapes {b.shape} and {a.shape}")
     if a[0] == 0:
@@ -80,52 +94,54 @@ def _along(x, axis: int, index) -> tuple:
     return tuple(key)
 
 
-def _filter(b: np.ndarray, a: np.ndarray, xp, x, axis: int, zi):
+def _filter(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
     """One IIR filter ``b(z) / a(z)`` (normalised) along ``axis``; returns y and zf."""
-    dtype, out_dtype = _dtypes(x.dtype, b, a)
+    dtype, out_dtype = _dtypes(ns, x, b, a)
     order = max(a.size, b.size) - 1
     length = x.shape[axis]
-    x = x.astype(dtype, copy=False)
+    x = ns.cast(x, dtype)
     # The numerator as a moving sum, then the initial state as impulses at the
     # first `order` steps: that is how SciPy's transposed direct form II state
     # enters the output (y[n] = sum b_k x[n-k] - sum a_k y[n-k] + zi[n]).
     w = x * b[0].item()  # Python scalars keep the signal's precision
     for k in range(1, min(b.size, length)):
-        w[_along(w, axis, slice(k, None))] += x[_along(x, axis, slice(None, -k))] * b[k].item()
+        w = ns.add_into(w, _along(w, axis, slice(k, None)),
+                        x[_along(x, axis, slice(None, -k))] * b[k].item())
     if zi is not None:
         head = min(order, length)
-        w[_along(w, axis, slice(0, head))] += zi[_along(zi, axis, slice(0, head))]
+        w = ns.add_into(w, _along(w, axis, slice(0, head)),
+                        ns.cast(zi[_along(zi, axis, slice(0, head))], dtype))
     y = w
     for stage in _pole_stages(a):
         for pole in stage:
             y = linear_recurrence(pole if dtype.kind == "c" or pole.imag else pole.real, y,
                                   axis=axis)
         if len(stage) == 2 and dtype.kind != "c":
-            y = xp.ascontiguousarray(y.real)
-    y = y.astype(dtype, copy=False)
-    zf = None if zi is None else _final_state(b, a, xp, x, y, axis, zi, order).astype(out_dtype)
-    return y.astype(out_dtype, copy=False), zf
+            y = ns.real(y)
+    y = ns.cast(y, dtype)
+    zf = None if zi is None else ns.cast(
+        _final_state(b, a, ns, x, y, axis, ns.cast(zi, dtype), order), out_dtype)
+    return ns.cast(y, out_dtype), zf
 
 
-def _final_state(b, a, xp, x, y, axis, zi, order):
+def _final_state(b, a, ns, x, y, axis, zi, order):
     """SciPy's zf: zf[i] = sum_j (b[i+1+j] x[N-1-j] - a[i+1+j] y[N-1-j]) + zi[i+N]."""
     length = x.shape[axis]
     b = np.concatenate([b, np.zeros(order + 1 - b.size, b.dtype)])
     a = np.concatenate([a, np.zeros(order + 1 - a.size, a.dtype)])
-    zf = xp.zeros(zi.shape, y.dtype)
+    states = []
     for i in range(order):
-        into = _along(zf, axis, slice(i, i + 1))
-        for j in range(order - i):
-            if length - 1 - j < 0:
-                break
+        terms = []
+        for j in range(min(order - i, length)):
             at = _along(x, axis, slice(length - 1 - j, length - j))
-            zf[into] += x[at] * b[i + 1 + j].item() - y[at] * a[i + 1 + j].item()
+            terms.append(x[at] * b[i + 1 + j].item() - y[at] * a[i + 1 + j].item())
         if i + length < order:
-            zf[into] += zi[_along(zi, axis, slice(i + length, i + length + 1))]
-    return zf
+            terms.append(zi[_along(zi, axis, slice(i + length, i + length + 1))])
+        states.append(sum(terms[1:], terms[0]))
+    return ns.concat(states, axis)
 
 
-def _state(xp, zi, x, axis: int, order: int, sections: int | None = None):
+def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
     """Validate a zi: x's shape with the axis of length ``order``, after ``sections`` if given.
 
     Without sections (`lfilter`), dimensions other than the axis may be 1 and
@@ -133,20 +149,21 @@ def _state(xp, zi, x, axis: int, order: int, sections: int | None = None):
     """
     if zi is None:
         return None
-    zi = xp.asarray(zi)
+    zi = ns.asarray(zi, like=x)
+    shape = tuple(zi.shape)
     expected = (*x.shape[:axis], order, *x.shape[axis + 1:])
     if sections is not None:
-        if zi.shape != (sections, *expected):
+        if shape != (sections, *expected):
             raise ValueError(f"`zi` must have shape {(sections, *expected)} (n_sections, then "
-                             f"x's shape with axis {axis} of length {order}); got {zi.shape}")
+                             f"x's shape with axis {axis} of length {order}); got {shape}")
         return zi
-    fits = zi.ndim == x.ndim and all(
+    fits = len(shape) == x.ndim and all(
         have == want or (have == 1 and k != axis)
-        for k, (have, want) in enumerate(zip(zi.shape, expected, strict=True)))
+        for k, (have, want) in enumerate(zip(shape, expected, strict=True)))
     if not fits:
         raise ValueError(f"`zi` must have shape {expected} (x's shape with axis {axis} of "
-                         f"length {order}; other dimensions may be 1); got {zi.shape}")
-    return xp.broadcast_to(zi, expected)
+                         f"length {order}; other dimensions may be 1); got {shape}")
+    return ns.broadcast_to(zi, expected)
 
 
 def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
@@ -156,9 +173,11 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     Parameters
     ----------
     b, a : array_like
-        Numerator and denominator coefficients (1-D; ``a[0]`` non-zero).
+        Numerator and denominator coefficients (1-D; ``a[0]`` non-zero);
+        constants, not differentiated.
     x : array_like
-        The signal: NumPy or CuPy, any shape.
+        The signal, any shape: a NumPy or CuPy array, or a torch, JAX or
+        TensorFlow tensor (the result is the same framework's, differentiable).
     axis : int, default -1
         The time axis.
     zi : array_like, optional
@@ -192,16 +211,16 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     array([1.   , 0.5  , 0.25 , 0.125])
     """
     b, a = _normalized(b, a)
-    xp, x = _signal(x, zi)
+    ns, x = _signal(x, zi)
     axis = normalize_axis_index(axis, x.ndim)
     order = max(a.size, b.size) - 1
-    zi = _state(xp, zi, x, axis, order)
-    y, zf = _filter(b, a, xp, x, axis, zi)
+    zi = _state(ns, zi, x, axis, order)
+    y, zf = _filter(b, a, ns, x, axis, zi)
     return y if zf is None else (y, zf)
 
 
 def _sections(sos) -> np.ndarray:
-    sos = np.atleast_2d(_host(sos))
+    sos = np.atleast_2d(_host(sos, "sos"))
     if sos.ndim != 2 or sos.shape[1] != 6:
         raise ValueError(f"`sos` must have shape (n_sections, 6); got {sos.shape}")
     if np.any(sos[:, 3] == 0):
@@ -215,9 +234,11 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     Parameters
     ----------
     sos : array_like
-        ``(n_sections, 6)``: each row ``[b0, b1, b2, a0, a1, a2]``.
+        ``(n_sections, 6)``: each row ``[b0, b1, b2, a0, a1, a2]``; constants,
+        not differentiated.
     x : array_like
-        The signal: NumPy or CuPy, any shape.
+        The signal, any shape: a NumPy or CuPy array, or a torch, JAX or
+        TensorFlow tensor (the result is the same framework's, differentiable).
     axis : int, default -1
         The time axis.
     zi : array_like, optional
@@ -249,17 +270,17 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     array([1.   , 0.5  , 0.25 , 0.125])
     """
     sos = _sections(sos)
-    xp, x = _signal(x, zi)
+    ns, x = _signal(x, zi)
     axis = normalize_axis_index(axis, x.ndim)
-    zi = _state(xp, zi, x, axis, 2, sections=sos.shape[0])
-    work, out = _dtypes(x.dtype, sos)
-    y, finals = x.astype(work), []  # sections pass double precision on; one rounding at the end
+    zi = _state(ns, zi, x, axis, 2, sections=sos.shape[0])
+    work, out = _dtypes(ns, x, sos)
+    y, finals = ns.cast(x, work), []  # sections pass double precision on; one rounding at the end
     for s, row in enumerate(sos):
         b, a = _normalized(row[:3], row[3:])
-        y, zf = _filter(b, a, xp, y, axis, None if zi is None else zi[s])
+        y, zf = _filter(b, a, ns, y, axis, None if zi is None else zi[s])
         finals.append(zf)
-    y = y.astype(out, copy=False)
-    return y if zi is None else (y, xp.stack(finals).astype(out, copy=False))
+    y = ns.cast(y, out)
+    return y if zi is None else (y, ns.cast(ns.stack(finals), out))
 
 
 def lfilter_zi(b: ArrayLike, a: ArrayLike) -> np.ndarray:
@@ -313,7 +334,8 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1):
     Parameters
     ----------
     x : array_like
-        The signal: NumPy or CuPy, any shape.
+        The signal, any shape: a NumPy or CuPy array, or a torch, JAX or
+        TensorFlow tensor (the result is the same framework's, differentiable).
     alpha : float or array_like
         Smoothing factor in (0, 1]: a scalar; one per channel (an array of
         `x`'s shape without `axis`); or one per sample (anything that
@@ -332,27 +354,31 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1):
     >>> ema([1.0, 2.0, 3.0, 4.0], 0.5)
     array([1.   , 1.5  , 2.25 , 3.125])
     """
-    xp, x = _signal(x)
+    ns, x = _signal(x)
     axis = normalize_axis_index(axis, x.ndim)
     if np.ndim(alpha) == 0 and not hasattr(alpha, "device"):
         alpha = float(alpha)  # a Python scalar keeps the signal's precision
         if not 0 < alpha <= 1:
             raise ValueError(f"`alpha` must lie in (0, 1]; got {alpha}")
     else:
-        alpha = xp.asarray(alpha).astype(x.real.dtype, copy=False)
+        alpha = ns.asarray(alpha, like=x)
+        alpha = ns.cast(alpha, np.float32 if ns.itemsize(x) == (8 if ns.kind(x) == "c" else 4)
+                        else np.float64)
         channel_shape = x.shape[:axis] + x.shape[axis + 1:]
-        if alpha.ndim == x.ndim - 1 and alpha.shape == channel_shape and alpha.ndim:
-            alpha = xp.expand_dims(alpha, axis)
+        shape = tuple(alpha.shape)
+        if len(shape) == x.ndim - 1 and shape == tuple(channel_shape) and shape:
+            alpha = ns.expand_dims(alpha, axis)
         try:
-            np.broadcast_shapes(alpha.shape, x.shape)
+            np.broadcast_shapes(tuple(alpha.shape), tuple(x.shape))
         except ValueError:
             raise ValueError(f"`alpha` must be a scalar, have x's shape without axis "
-                             f"{channel_shape}, or broadcast to x's shape {x.shape}; got "
-                             f"{alpha.shape}") from None
-        if alpha.size and not bool(((alpha > 0) & (alpha <= 1)).all()):
+                             f"{tuple(channel_shape)}, or broadcast to x's shape "
+                             f"{tuple(x.shape)}; got {shape}") from None
+        values = ns.host(alpha) if ns.concrete(alpha) else np.zeros(0)
+        if not ((values > 0) & (values <= 1)).all():
             raise ValueError(f"every `alpha` must lie in (0, 1]; got values from "
-                             f"{float(alpha.min())} to {float(alpha.max())}")
+                             f"{values.min()} to {values.max()}")
     if x.shape[axis] == 0:
-        return xp.empty_like(x)
+        return x * 1
     first = x[_along(x, axis, 0)]
     return linear_recurrence(1 - alpha, alpha * x, first, axis=axis)

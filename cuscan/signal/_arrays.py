@@ -1,0 +1,218 @@
+"""The few array operations cuscan.signal needs, for each library a signal can come from.
+
+NumPy and CuPy arrays are computed on directly; torch, JAX and TensorFlow
+tensors with their own operations around `cuscan.linear_recurrence`, so that
+the result is the same framework's tensor, on its device and differentiable
+with respect to the signal (and `ema`'s ``alpha``). Other arrays with
+``__dlpack__`` or ``__cuda_array_interface__`` are viewed as NumPy or CuPy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cuscan import _backend
+
+
+def namespace(operands: dict[str, object]):
+    """The namespace for these operands (name -> value), or the mixing error."""
+    lib = _backend.which(operands)
+    if lib == "torch":
+        return _Torch()
+    if lib == "jax":
+        return _Jax()
+    if lib == "tensorflow":
+        return _TensorFlow()
+    if lib == "interchange":
+        from cuscan import _interchange
+
+        viewed = {name: _interchange.to_array(v) for name, v in operands.items()}
+        return _Arrays(_backend.select(viewed).xp, _interchange.to_array)
+    return _Arrays(_backend.select(operands).xp)
+
+
+class _Arrays:
+    """NumPy and CuPy: mutable arrays, updated in place where that saves memory."""
+
+    def __init__(self, xp, view=None):
+        self.xp = xp
+        self._view = view
+
+    def asarray(self, value, like=None):
+        if self._view is not None:
+            value = self._view(value)
+        return self.xp.asarray(value)
+
+    def kind(self, x) -> str:
+        dtype = np.dtype(x.dtype)
+        return "f" if dtype.name == "bfloat16" else dtype.kind
+
+    def itemsize(self, x) -> int:
+        return np.dtype(x.dtype).itemsize
+
+    def cast(self, x, dtype: np.dtype):
+        return x.astype(dtype, copy=False)
+
+    def add_into(self, w, key, value):
+        w[key] += value
+        return w
+
+    def real(self, x):
+        return self.xp.ascontiguousarray(x.real)
+
+    def concat(self, arrays, axis: int):
+        return self.xp.concatenate(arrays, axis=axis)
+
+    def stack(self, arrays):
+        return self.xp.stack(arrays)
+
+    def broadcast_to(self, x, shape):
+        return self.xp.broadcast_to(x, shape)
+
+    def expand_dims(self, x, axis: int):
+        return self.xp.expand_dims(x, axis)
+
+    def concrete(self, x) -> bool:
+        """Whether ``x`` has values to check (not a symbol being traced or compiled)."""
+        return True
+
+    def host(self, x) -> np.ndarray:
+        """The values of ``x`` as a NumPy array (for checks)."""
+        return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+class _Torch(_Arrays):
+    """torch: in-place updates are recorded by autograd, so they are kept."""
+
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+        self._dtypes = {np.dtype(t): getattr(torch, t) for t in (
+            "float32", "float64", "complex64", "complex128")}
+
+    def asarray(self, value, like=None):
+        torch = self.torch
+        if isinstance(value, torch.Tensor):
+            return value
+        return torch.as_tensor(np.asarray(value), device=None if like is None else like.device)
+
+    def kind(self, x) -> str:
+        dtype = x.dtype
+        if dtype.is_complex:
+            return "c"
+        if dtype.is_floating_point:
+            return "f"
+        if dtype == self.torch.bool:
+            return "b"
+        return ("i" if dtype.is_signed else "u") if dtype.itemsize <= 8 else "V"
+
+    def itemsize(self, x) -> int:
+        return x.dtype.itemsize
+
+    def cast(self, x, dtype: np.dtype):
+        return x.to(self._dtypes[np.dtype(dtype)])
+
+    def real(self, x):
+        return x.real
+
+    def concat(self, arrays, axis: int):
+        return self.torch.cat(arrays, dim=axis)
+
+    def stack(self, arrays):
+        return self.torch.stack(arrays)
+
+    def broadcast_to(self, x, shape):
+        return x.expand(shape)
+
+    def expand_dims(self, x, axis: int):
+        return x.unsqueeze(axis)
+
+    def concrete(self, x) -> bool:
+        return not self.torch.compiler.is_compiling()
+
+    def host(self, x) -> np.ndarray:
+        return x.detach().cpu().numpy()
+
+
+class _Jax(_Arrays):
+    """JAX: immutable arrays, updated functionally."""
+
+    def __init__(self):
+        import jax
+        import jax.numpy as jnp
+
+        super().__init__(jnp)
+        self.jax = jax
+
+    def asarray(self, value, like=None):
+        return self.xp.asarray(value)
+
+    def add_into(self, w, key, value):
+        return w.at[key].add(value)
+
+    def real(self, x):
+        return self.xp.real(x)
+
+    def concrete(self, x) -> bool:
+        return not isinstance(x, self.jax.core.Tracer)
+
+
+class _TensorFlow(_Arrays):
+    """TensorFlow: immutable tensors; an update is an addition of a padded tensor."""
+
+    def __init__(self):
+        import tensorflow as tf
+
+        self.tf = tf
+
+    def asarray(self, value, like=None):
+        tf = self.tf
+        return value if isinstance(value, tf.Tensor) else tf.convert_to_tensor(np.asarray(value))
+
+    def kind(self, x) -> str:
+        dtype = x.dtype
+        if dtype.is_complex:
+            return "c"
+        if dtype.is_floating:
+            return "f"
+        if dtype.is_bool:
+            return "b"
+        if dtype.is_integer and not dtype.is_quantized:
+            return "u" if dtype.is_unsigned else "i"
+        return "V"
+
+    def itemsize(self, x) -> int:
+        return x.dtype.size
+
+    def cast(self, x, dtype: np.dtype):
+        return self.tf.cast(x, self.tf.as_dtype(np.dtype(dtype)))
+
+    def add_into(self, w, key, value):
+        # key selects a range along one axis and everything along the others
+        paddings = []
+        for k, n in zip(key, w.shape, strict=True):
+            start, stop, _ = k.indices(n)
+            paddings.append([start, n - stop])
+        return w + self.tf.pad(value, paddings)
+
+    def real(self, x):
+        return self.tf.math.real(x)
+
+    def concat(self, arrays, axis: int):
+        return self.tf.concat(arrays, axis)
+
+    def stack(self, arrays):
+        return self.tf.stack(arrays)
+
+    def broadcast_to(self, x, shape):
+        return self.tf.broadcast_to(x, shape)
+
+    def expand_dims(self, x, axis: int):
+        return self.tf.expand_dims(x, axis)
+
+    def concrete(self, x) -> bool:
+        return self.tf.executing_eagerly()
+
+    def host(self, x) -> np.ndarray:
+        return x.numpy()
