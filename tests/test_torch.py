@@ -102,6 +102,18 @@ def test_gradcheck(device, dtype, method, reverse):
                                         check_batched_grad=True)
 
 
+def test_real_operands_of_a_complex_recurrence(device):
+    """Complex decays with real impulses and state: the real operands' gradients are real
+    (the real part, as torch gives for real inputs of complex operations)."""
+    generator = torch.Generator().manual_seed(5)
+    decays = torch.rand(9, 2, generator=generator, dtype=torch.float64) * 0.9 * (1 + 0.5j)
+    impulses = torch.randn(9, 2, generator=generator, dtype=torch.float64)
+    state = torch.randn(2, generator=generator, dtype=torch.float64)
+    inputs = tuple(v.to(device).requires_grad_() for v in (decays, impulses, state))
+    assert torch.autograd.gradcheck(cuscan.linear_recurrence, inputs)
+    assert torch.autograd.gradgradcheck(cuscan.linear_recurrence, inputs)
+
+
 @pytest.mark.parametrize("length", [1, 2])
 def test_higher_order_short_sequences(device, length):
     generator = torch.Generator().manual_seed(3)
