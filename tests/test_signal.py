@@ -181,6 +181,18 @@ def test_ema_alpha_out_of_range(backend, alpha):
         signal.ema(x, backend.asarray(np.array([0.5, 0.5, alpha, 0.5, 0.5])))
 
 
+def test_stateless_filters_with_zi(backend):
+    """A pure gain (order 0) and a cascade of no sections have empty states."""
+    x = np.arange(5.0)
+    y, zf = signal.lfilter([2.0], [1.0], backend.asarray(x), zi=backend.asarray(np.zeros(0)))
+    np.testing.assert_array_equal(backend.to_numpy(y), 2 * x)
+    assert backend.to_numpy(zf).shape == (0,)
+    y, zf = signal.sosfilt(np.zeros((0, 6)), backend.asarray(x),
+                           zi=backend.asarray(np.zeros((0, 2))))
+    np.testing.assert_array_equal(backend.to_numpy(y), x)
+    assert backend.to_numpy(zf).shape == (0, 2)
+
+
 def test_lfilter_zi_broadcasts_as_scipy(backend):
     rng = np.random.default_rng(6)
     b, a = [0.2, 0.3, 0.1], [1.0, -0.9, 0.2]

@@ -138,7 +138,7 @@ def _final_state(b, a, ns, x, y, axis, zi, order):
         if i + length < order:
             terms.append(zi[_along(zi, axis, slice(i + length, i + length + 1))])
         states.append(sum(terms[1:], terms[0]))
-    return ns.concat(states, axis)
+    return ns.concat(states, axis) if states else zi  # a pure gain has no state
 
 
 def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
@@ -280,7 +280,9 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
         y, zf = _filter(b, a, ns, y, axis, None if zi is None else zi[s])
         finals.append(zf)
     y = ns.cast(y, out)
-    return y if zi is None else (y, ns.cast(ns.stack(finals), out))
+    if zi is None:
+        return y
+    return y, ns.cast(ns.stack(finals) if finals else zi, out)  # no sections: zi is empty
 
 
 def lfilter_zi(b: ArrayLike, a: ArrayLike) -> np.ndarray:
