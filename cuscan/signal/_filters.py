@@ -24,7 +24,7 @@ def _host(coefficients, name: str) -> np.ndarray:
                         f"cuscan.signal; pass `{name}.detach()`")
     if _backend.library(coefficients) == "torch":
         coefficients = coefficients.cpu()
-    elif hasattr(coefficients, "get") and not isinstance(coefficients, np.ndarray):
+    elif hasattr(coefficients, "get"):  # CuPy
         coefficients = coefficients.get()
     return np.asarray(coefficients)
 
@@ -56,9 +56,14 @@ def _dtypes(ns, x, *coefficients: np.ndarray) -> tuple[np.dtype, np.dtype]:
     """
     complex_ = ns.kind(x) == "c" or any(np.iscomplexobj(c) for c in coefficients)
     work = np.dtype(np.complex128 if complex_ else np.float64)
-    if ns.itemsize(x) == (8 if ns.kind(x) == "c" else 4):
+    if _single(ns, x):
         return work, np.dtype(np.complex64 if complex_ else np.float32)
     return work, work
+
+
+def _single(ns, x) -> bool:
+    """Whether ``x`` (float32/64 or complex64/128) is in single precision."""
+    return ns.itemsize(x) == (8 if ns.kind(x) == "c" else 4)
 
 
 def _normalized(b, a) -> tuple[np.ndarray, np.ndarray]:
@@ -364,8 +369,7 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1):
             raise ValueError(f"`alpha` must lie in (0, 1]; got {alpha}")
     else:
         alpha = ns.asarray(alpha, like=x)
-        alpha = ns.cast(alpha, np.float32 if ns.itemsize(x) == (8 if ns.kind(x) == "c" else 4)
-                        else np.float64)
+        alpha = ns.cast(alpha, np.float32 if _single(ns, x) else np.float64)
         channel_shape = x.shape[:axis] + x.shape[axis + 1:]
         shape = tuple(alpha.shape)
         if len(shape) == x.ndim - 1 and shape == tuple(channel_shape) and shape:
