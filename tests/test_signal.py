@@ -209,6 +209,88 @@ def test_lfilter_zi_broadcasts_as_scipy(backend):
         signal.lfilter(b, a, backend.asarray(x), zi=backend.asarray(np.zeros((4, 2))))
 
 
+PADS = [("odd", None), ("even", None), ("constant", None), (None, None), ("odd", 0),
+        ("even", 1), ("constant", 37), ("odd", 299)]
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+@pytest.mark.parametrize(("kind", "cutoff"), [BANDS[1], BANDS[2], BANDS[4], BANDS[7]])
+def test_sosfiltfilt_matches_scipy(backend, design, kind, cutoff):
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 300))
+    for order in (1, 2, 5, 8, 12):
+        sos = DESIGNS[design](order, cutoff, kind)
+        for padtype, padlen in PADS:
+            expected = ss.sosfiltfilt(sos, x, padtype=padtype, padlen=padlen)
+            for dtype in (np.float64, np.float32):
+                result = backend.to_numpy(signal.sosfiltfilt(
+                    sos, backend.asarray(x.astype(dtype)), padtype=padtype, padlen=padlen))
+                assert result.dtype == dtype
+                error = relative_error(result, expected)
+                assert error <= BOUND[dtype], (order, padtype, padlen, dtype, error)
+
+
+@pytest.mark.parametrize(("b", "a"), [
+    ([0.2, 0.3, 0.1], [1.0, -0.9, 0.2]),   # real poles
+    ([1.0, 0.5], [2.0, -1.0, 0.8]),        # a conjugate pair, a[0] != 1
+    ([0.25, 0.25, 0.25, 0.25], [1.0]),     # FIR
+    ([3.0], [2.0]),                        # a pure gain (SciPy raises)
+    ([1.0, 2.0, 3.0, 4.0], [1.0, -0.5]),   # b longer than a
+])
+@pytest.mark.parametrize(("padtype", "padlen"), PADS[:6])
+def test_filtfilt_matches_scipy(backend, b, a, padtype, padlen):
+    x = np.random.default_rng(13).standard_normal((3, 300))
+    if len(a) == len(b) == 1:
+        expected = (b[0] / a[0]) ** 2 * x
+    else:
+        expected = ss.filtfilt(b, a, x, padtype=padtype, padlen=padlen)
+    result = backend.to_numpy(signal.filtfilt(b, a, backend.asarray(x), padtype=padtype,
+                                              padlen=padlen))
+    np.testing.assert_allclose(result, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+def test_zero_phase_any_axis_and_complex(backend, axis):
+    rng = np.random.default_rng(14)
+    x = rng.standard_normal((31, 40, 33)) + 1j * rng.standard_normal((31, 40, 33))
+    sos = ss.cheby2(5, 50, 0.2, output="sos")
+    b, a = ss.butter(3, 0.3)
+    for name, result, expected in [
+            ("sosfiltfilt", signal.sosfiltfilt(sos, backend.asarray(x), axis=axis),
+             ss.sosfiltfilt(sos, x, axis=axis)),
+            ("filtfilt", signal.filtfilt(b, a, backend.asarray(x), axis=axis),
+             ss.filtfilt(b, a, x, axis=axis)),
+            ("filtfilt complex64", signal.filtfilt(b, a, backend.asarray(
+                x.astype(np.complex64)), axis=axis, padtype="even", padlen=5),
+             ss.filtfilt(b, a, x, axis=axis, padtype="even", padlen=5))]:
+        result = backend.to_numpy(result)
+        assert result.dtype == (np.complex64 if "64" in name else np.complex128)
+        assert relative_error(result, expected) <= (1e-6 if "64" in name else 1e-10), name
+
+
+def test_zero_phase_errors(backend):
+    sos = ss.butter(4, 0.1, output="sos")  # 2 sections: SciPy's padding is 15 samples
+    x = backend.asarray(np.ones((2, 15)))
+    with pytest.raises(ValueError, match=r"longer along axis 1 than the padding, 15 samples "
+                                         r"\(3 times the filter's 5 taps\); got 15"):
+        signal.sosfiltfilt(sos, x)
+    with pytest.raises(ValueError, match=r"padding, 15 samples; got 15"):
+        signal.sosfiltfilt(sos, x, padlen=15)
+    with pytest.raises(ValueError, match="at least one sample along axis 0; got none"):
+        signal.filtfilt([1.0], [1.0, -0.5], backend.asarray(np.ones((0, 3))), axis=0,
+                        padtype=None)
+    with pytest.raises(ValueError, match=r"`padtype` must be 'odd', 'even', 'constant' or "
+                                         r"None; got 'zero'"):
+        signal.sosfiltfilt(sos, x, padtype="zero")
+    with pytest.raises(ValueError, match="`padlen` must be non-negative; got -1"):
+        signal.sosfiltfilt(sos, x, padlen=-1)
+    with pytest.raises(TypeError, match="`padlen` must be an integer or None; got float"):
+        signal.filtfilt([1.0], [1.0, -0.5], x, padlen=2.0)
+    with pytest.raises(ValueError, match=r"'gust', is not implemented\); got 'gust'"):
+        signal.filtfilt([1.0], [1.0, -0.5], x, method="gust")
+    np.testing.assert_allclose(backend.to_numpy(signal.sosfiltfilt(sos, x, padlen=14)), 1.0)
+
+
 class Framework:
     """A framework's tensors on one device: conversion both ways and gradients."""
 
@@ -351,6 +433,30 @@ def test_framework_gradients(framework):
         stepped[at] += 1.0
         exact[at] = np.sum((signal.ema(stepped, alpha) - signal.ema(x, alpha)) * weights)
     np.testing.assert_allclose(grad_x, exact, rtol=1e-10, atol=1e-12)
+
+
+def test_framework_zero_phase(framework):
+    """sosfiltfilt and filtfilt on tensors: SciPy's values, and the exact gradient (the
+    filter, padding included, is linear in the signal)."""
+    rng = np.random.default_rng(15)
+    x, weights = rng.standard_normal((2, 40)), rng.standard_normal((2, 40))
+    sos = ss.butter(4, 0.2, output="sos")
+    b, a = ss.cheby1(2, 1, 0.3)
+    y = signal.sosfiltfilt(sos, framework.tensor(x))
+    assert framework.is_native(y)
+    assert relative_error(framework.array(y), ss.sosfiltfilt(sos, x)) < BOUND[np.float64]
+    y = signal.filtfilt(b, a, framework.tensor(x.astype(np.float32)), padtype="even")
+    assert framework.array(y).dtype == np.float32
+    assert relative_error(framework.array(y), ss.filtfilt(b, a, x, padtype="even")) < 1e-6
+    for padtype in ("odd", "constant"):
+        [grad] = framework.grad(lambda x, padtype=padtype: framework.total(
+            signal.sosfiltfilt(sos, x, padtype=padtype) * framework.tensor(weights)), x)
+        exact = np.zeros_like(x)
+        for at in np.ndindex(x.shape):
+            step = np.zeros_like(x)
+            step[at] = 1.0
+            exact[at] = np.sum(ss.sosfiltfilt(sos, step, padtype=padtype) * weights)
+        np.testing.assert_allclose(grad, exact, rtol=1e-9, atol=1e-12)
 
 
 def test_framework_compiled(framework):

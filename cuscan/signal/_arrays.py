@@ -72,6 +72,9 @@ class _Arrays:
     def expand_dims(self, x, axis: int):
         return self.xp.expand_dims(x, axis)
 
+    def flip(self, x, axis: int):
+        return self.xp.flip(x, axis)
+
     def concrete(self, x) -> bool:
         """Whether ``x`` has values to check (not a symbol being traced or compiled)."""
         return True
@@ -127,6 +130,9 @@ class _Torch(_Arrays):
 
     def expand_dims(self, x, axis: int):
         return x.unsqueeze(axis)
+
+    def flip(self, x, axis: int):
+        return x.flip(axis)
 
     def concrete(self, x) -> bool:
         return not self.torch.compiler.is_compiling()
@@ -210,6 +216,9 @@ class _TensorFlow(_Arrays):
 
     def expand_dims(self, x, axis: int):
         return self.tf.expand_dims(x, axis)
+
+    def flip(self, x, axis: int):
+        return self.tf.reverse(x, [axis])
 
     def concrete(self, x) -> bool:
         return self.tf.executing_eagerly()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
 import numpy as np
@@ -279,15 +280,21 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     axis = normalize_axis_index(axis, x.ndim)
     zi = _state(ns, zi, x, axis, 2, sections=sos.shape[0])
     work, out = _dtypes(ns, x, sos)
-    y, finals = ns.cast(x, work), []  # sections pass double precision on; one rounding at the end
+    y, zf = _cascade(sos, ns, ns.cast(x, work), axis, zi)
+    return ns.cast(y, out) if zi is None else (ns.cast(y, out), ns.cast(zf, out))
+
+
+def _cascade(sos: np.ndarray, ns, x, axis: int, zi):
+    """The sections one after the other, in ``x``'s (double) precision; returns y and the
+    stacked zf (None without zi)."""
+    y, finals = x, []
     for s, row in enumerate(sos):
         b, a = _normalized(row[:3], row[3:])
         y, zf = _filter(b, a, ns, y, axis, None if zi is None else zi[s])
         finals.append(zf)
-    y = ns.cast(y, out)
     if zi is None:
-        return y
-    return y, ns.cast(ns.stack(finals) if finals else zi, out)  # no sections: zi is empty
+        return y, None
+    return y, ns.stack(finals) if finals else zi  # no sections: zi is empty
 
 
 def lfilter_zi(b: ArrayLike, a: ArrayLike) -> np.ndarray:
@@ -329,7 +336,62 @@ def sosfilt_zi(sos: ArrayLike) -> np.ndarray:
         b, a = _normalized(row[:3], row[3:])
         states.append(lfilter_zi(b, a) * scale)
         scale *= b.sum() / a.sum()
-    return np.array(states)
+    return np.array(states).reshape(len(sos), 2)
+
+
+def _padded(ns, x, axis: int, padtype, padlen, taps: int):
+    """``x`` extended at both ends as SciPy's filtfilt does, and the extension's length."""
+    if padtype not in ("odd", "even", "constant", None):
+        raise ValueError(f"`padtype` must be 'odd', 'even', 'constant' or None; got {padtype!r}")
+    if padtype is None:
+        edge = 0
+    elif padlen is None:
+        edge = 3 * taps
+    elif isinstance(padlen, bool) or not isinstance(padlen, numbers.Integral):
+        raise TypeError(f"`padlen` must be an integer or None; got {type(padlen).__name__}")
+    elif padlen < 0:
+        raise ValueError(f"`padlen` must be non-negative; got {padlen}")
+    else:
+        edge = int(padlen)
+    length = x.shape[axis]
+    if length == 0:
+        raise ValueError(f"`x` must have at least one sample along axis {axis}; got none")
+    if length <= edge:
+        why = f" (3 times the filter's {taps} taps)" if padlen is None else ""
+        raise ValueError(f"`x` must be longer along axis {axis} than the padding, {edge} "
+                         f"samples{why}; got {length} (pass a smaller `padlen`, or "
+                         f"padtype=None)")
+    if edge == 0:
+        return x, 0
+    first = x[_along(x, axis, slice(0, 1))]
+    last = x[_along(x, axis, slice(length - 1, length))]
+    if padtype == "constant":
+        shape = (*x.shape[:axis], edge, *x.shape[axis + 1:])
+        before, after = ns.broadcast_to(first, shape), ns.broadcast_to(last, shape)
+    else:  # the samples next to each end, mirrored about it
+        before = ns.flip(x[_along(x, axis, slice(1, edge + 1))], axis)
+        after = ns.flip(x[_along(x, axis, slice(length - 1 - edge, length - 1))], axis)
+        if padtype == "odd":  # and negated about the end's value
+            before, after = 2 * first - before, 2 * last - after
+    return ns.concat([before, x, after], axis), edge
+
+
+def _forward_backward(run, steady: np.ndarray, ns, x, axis: int, padtype, padlen, taps: int,
+                      work: np.dtype):
+    """SciPy's zero-phase scheme: pad, filter forward from the steady state of the first
+    sample, filter the result backward from the steady state of its last, and cut the
+    padding off. ``run(x, zi)`` filters forward in ``work`` precision and returns
+    ``(y, zf)``."""
+    shape = [1] * x.ndim
+    shape[axis] = steady.shape[-1]
+    steady = ns.cast(ns.asarray(steady.reshape(*steady.shape[:-1], *shape), like=x), work)
+    x = ns.cast(x, work)
+    x, edge = _padded(ns, x, axis, padtype, padlen, taps)
+    length = x.shape[axis]
+    y, _ = run(x, steady * x[_along(x, axis, slice(0, 1))])
+    y = ns.flip(y, axis)
+    y, _ = run(y, steady * y[_along(y, axis, slice(0, 1))])
+    return ns.flip(y, axis)[_along(y, axis, slice(edge, length - edge))]
 
 
 def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1):
@@ -388,3 +450,109 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1):
         return x * 1
     first = x[_along(x, axis, 0)]
     return linear_recurrence(1 - alpha, alpha * x, first, axis=axis)
+
+
+def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
+             padlen: int | None = None, method: str = "pad"):
+    """Filter `x` forward and backward (zero phase), as ``scipy.signal.filtfilt``.
+
+    Parameters
+    ----------
+    b, a : array_like
+        Numerator and denominator coefficients (1-D; ``a[0]`` non-zero);
+        constants, not differentiated.
+    x : array_like
+        The signal, any shape: a NumPy or CuPy array, or a torch, JAX or
+        TensorFlow tensor (the result is the same framework's, differentiable).
+    axis : int, default -1
+        The time axis.
+    padtype : {'odd', 'even', 'constant', None}, default 'odd'
+        How `x` is extended at both ends before filtering, as in SciPy: its
+        point reflection, its mirror image, its end values, or not at all.
+    padlen : int, optional
+        The length of each extension; by default ``3 * max(len(a), len(b))``.
+        `x` must be longer than it.
+    method : {'pad'}, default 'pad'
+        SciPy's default method; Gustafsson's (``'gust'``) is not implemented.
+
+    Returns
+    -------
+    y : ndarray
+        The filtered signal, `x`'s shape; dtypes as in `lfilter`.
+
+    Notes
+    -----
+    Both passes start from the filter's steady state for the end value they
+    start at (`lfilter_zi`), and run as in `lfilter`, in double precision,
+    with single-precision signals rounded once at the end. Use `sosfiltfilt`
+    for filters of order above about 4.
+
+    Examples
+    --------
+    >>> from cuscan.signal import filtfilt
+    >>> filtfilt([0.5], [1.0, -0.5], [1.0, 1.0, 1.0, 1.0, 1.0], padlen=2)
+    array([1., 1., 1., 1., 1.])
+    """
+    if method != "pad":
+        raise ValueError(f"`method` must be 'pad' (Gustafsson's method, 'gust', is not "
+                         f"implemented); got {method!r}")
+    b, a = _normalized(b, a)
+    ns, x = _signal(x)
+    axis = normalize_axis_index(axis, x.ndim)
+    work, out = _dtypes(ns, x, b, a)
+
+    def run(x, zi):
+        return _filter(b, a, ns, x, axis, zi)
+
+    y = _forward_backward(run, lfilter_zi(b, a), ns, x, axis, padtype, padlen,
+                          max(a.size, b.size), work)
+    return ns.cast(y, out)
+
+
+def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
+                padlen: int | None = None):
+    """Filter `x` forward and backward with second-order sections, as
+    ``scipy.signal.sosfiltfilt``.
+
+    Parameters
+    ----------
+    sos : array_like
+        ``(n_sections, 6)``: each row ``[b0, b1, b2, a0, a1, a2]``; constants,
+        not differentiated.
+    x : array_like
+        The signal, any shape: a NumPy or CuPy array, or a torch, JAX or
+        TensorFlow tensor (the result is the same framework's, differentiable).
+    axis : int, default -1
+        The time axis.
+    padtype : {'odd', 'even', 'constant', None}, default 'odd'
+        How `x` is extended at both ends, as in `filtfilt`.
+    padlen : int, optional
+        The length of each extension; by default SciPy's ``3 * (2 *
+        n_sections + 1 - min(z_b, z_a))``, with ``z_b`` and ``z_a`` the counts
+        of sections whose ``b2`` and ``a2`` are zero. `x` must be longer than
+        it.
+
+    Returns
+    -------
+    y : ndarray
+        The filtered signal, `x`'s shape; dtypes as in `lfilter`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from cuscan.signal import sosfiltfilt
+    >>> sos = [[0.5, 0.0, 0.0, 1.0, -0.5, 0.0]]
+    >>> sosfiltfilt(sos, np.ones(8))
+    array([1., 1., 1., 1., 1., 1., 1., 1.])
+    """
+    sos = _sections(sos)
+    ns, x = _signal(x)
+    axis = normalize_axis_index(axis, x.ndim)
+    work, out = _dtypes(ns, x, sos)
+    taps = 2 * len(sos) + 1 - min(np.sum(sos[:, 2] == 0), np.sum(sos[:, 5] == 0))
+
+    def run(x, zi):
+        return _cascade(sos, ns, x, axis, zi)
+
+    y = _forward_backward(run, sosfilt_zi(sos), ns, x, axis, padtype, padlen, int(taps), work)
+    return ns.cast(y, out)
