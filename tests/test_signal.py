@@ -116,16 +116,37 @@ def test_sosfilt_zi_matches_scipy():
     np.testing.assert_allclose(y, 3.0, rtol=1e-10)
 
 
+@pytest.mark.parametrize("adjust", [False, True])
 @pytest.mark.parametrize("alpha", [0.5, 0.01, 1.0])
-def test_ema_matches_pandas(backend, alpha):
+def test_ema_matches_pandas(backend, alpha, adjust):
     pandas = require("pandas")
     x = np.random.default_rng(4).standard_normal(1000)
-    expected = pandas.Series(x).ewm(alpha=alpha, adjust=False).mean().to_numpy()
-    result = backend.to_numpy(signal.ema(backend.asarray(x), alpha))
+    expected = pandas.Series(x).ewm(alpha=alpha, adjust=adjust).mean().to_numpy()
+    result = backend.to_numpy(signal.ema(backend.asarray(x), alpha, adjust=adjust))
     np.testing.assert_allclose(result, expected, rtol=1e-11, atol=1e-12)
     # A Series is an array_like: the result is NumPy's
-    np.testing.assert_allclose(signal.ema(pandas.Series(x), alpha), expected, rtol=1e-11,
-                               atol=1e-12)
+    np.testing.assert_allclose(signal.ema(pandas.Series(x), alpha, adjust=adjust), expected,
+                               rtol=1e-11, atol=1e-12)
+    single = backend.to_numpy(signal.ema(backend.asarray(x.astype(np.float32)), alpha,
+                                         adjust=adjust))
+    assert single.dtype == np.float32
+    np.testing.assert_allclose(single, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_ema_adjusted_per_channel_and_complex(backend):
+    """adjust=True with one alpha per channel (along axis 0), on a complex signal: the
+    weighted means of each channel's samples so far."""
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((150, 3)) + 1j * rng.standard_normal((150, 3))
+    alpha = np.array([0.02, 0.3, 1.0])
+    result = backend.to_numpy(signal.ema(backend.asarray(x), backend.asarray(alpha), axis=0,
+                                         adjust=True))
+    assert result.dtype == np.complex128
+    for channel in range(3):
+        for t in (0, 1, 7, 149):
+            weights = (1 - alpha[channel]) ** np.arange(t, -1, -1)
+            expected = np.sum(weights * x[:t + 1, channel]) / np.sum(weights)
+            np.testing.assert_allclose(result[t, channel], expected, rtol=1e-12)
 
 
 def test_ema_per_channel_and_time_varying(backend):
@@ -160,6 +181,8 @@ def test_errors():
         signal.ema(np.ones((3, 10)), np.ones(4))
     with pytest.raises(TypeError, match="must hold numbers"):
         signal.ema(np.array(["a", "b"]), 0.5)
+    with pytest.raises(TypeError, match="`adjust` must be a bool; got str"):
+        signal.ema(np.ones(3), 0.5, adjust="yes")
     with pytest.raises(TypeError, match="`x` is a masked array"):
         signal.sosfilt([[1, 0, 0, 1, 0.5, 0]], np.ma.masked_array(np.ones(3), [0, 1, 0]))
     with pytest.raises(TypeError, match="`x` must be an array or a scalar; got None"):
@@ -380,12 +403,19 @@ def test_framework_tensors_match_scipy(framework):
     assert framework.array(single).dtype == np.float32
     assert relative_error(framework.array(single), ss.sosfilt(sos, x)) < BOUND[np.float32]
     alpha = np.array([0.1, 0.5, 0.9])
+    complex_ = x + 1j * x[::-1]
     for given in (0.1, framework.tensor(alpha)):
-        result = framework.array(signal.ema(framework.tensor(x), given))
         rates = np.full(3, 0.1) if isinstance(given, float) else alpha
-        for channel in range(3):
-            np.testing.assert_allclose(result[channel], pandas.Series(x[channel]).ewm(
-                alpha=rates[channel], adjust=False).mean(), rtol=1e-12, atol=1e-12)
+        for adjust in (False, True):
+            result = framework.array(signal.ema(framework.tensor(x), given, adjust=adjust))
+            mixed = framework.array(signal.ema(framework.tensor(complex_), given, adjust=adjust))
+            for channel in range(3):
+                for signal_, got in ((x, result), (complex_, mixed)):
+                    ewm = [pandas.Series(part[channel]).ewm(alpha=rates[channel],
+                                                            adjust=adjust).mean()
+                           for part in (signal_.real, signal_.imag)]
+                    np.testing.assert_allclose(got[channel], ewm[0] + 1j * ewm[1], rtol=1e-12,
+                                               atol=1e-12)
 
 
 def test_framework_gradients(framework):
@@ -417,15 +447,18 @@ def test_framework_gradients(framework):
     grad_x, grad_alpha = framework.grad(
         lambda x, alpha: framework.total(signal.ema(x, alpha) * framework.tensor(weights)),
         x, alpha)
+    [grad_adjusted] = framework.grad(lambda alpha: framework.total(signal.ema(
+        framework.tensor(x), alpha, adjust=True) * framework.tensor(weights)), alpha)
 
-    def numeric(values):
-        return np.sum(signal.ema(x, values) * weights)
+    for adjust, grad in ((False, grad_alpha), (True, grad_adjusted)):
+        def numeric(values, adjust=adjust):
+            return np.sum(signal.ema(x, values, adjust=adjust) * weights)
 
-    for channel in range(2):
-        step = np.zeros(2)
-        step[channel] = 1e-6
-        central = (numeric(alpha + step) - numeric(alpha - step)) / 2e-6
-        np.testing.assert_allclose(grad_alpha[channel], central, rtol=1e-6)
+        for channel in range(2):
+            step = np.zeros(2)
+            step[channel] = 1e-6
+            central = (numeric(alpha + step) - numeric(alpha - step)) / 2e-6
+            np.testing.assert_allclose(grad[channel], central, rtol=1e-6)
     # ema is linear in x: y = sum_k weight_k x_k
     exact = np.zeros_like(x)
     for at in np.ndindex(x.shape):

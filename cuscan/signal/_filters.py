@@ -394,11 +394,15 @@ def _forward_backward(run, steady: np.ndarray, ns, x, axis: int, padtype, padlen
     return ns.flip(y, axis)[_along(y, axis, slice(edge, length - edge))]
 
 
-def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1):
-    """Exponential moving average: ``y[0] = x[0]``, ``y[t] = (1 - alpha) y[t-1] + alpha x[t]``.
+def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False):
+    """Exponential moving average, as ``pandas.Series.ewm(alpha=alpha, adjust=...).mean()``.
 
-    The same as ``pandas.Series.ewm(alpha=alpha, adjust=False).mean()`` on
-    data without missing values (NaN propagates here; pandas skips it).
+    With ``adjust=False`` (the recursive form), ``y[0] = x[0]`` and
+    ``y[t] = (1 - alpha) y[t-1] + alpha x[t]``. With ``adjust=True``
+    (pandas' default), ``y[t]`` is the weighted mean of ``x[0..t]`` with
+    weights ``(1 - alpha)^i`` for the sample ``i`` steps back, so the first
+    values are not biased towards ``x[0]``. NaN propagates here; pandas
+    skips missing values.
 
     Parameters
     ----------
@@ -408,9 +412,12 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1):
     alpha : float or array_like
         Smoothing factor in (0, 1]: a scalar; one per channel (an array of
         `x`'s shape without `axis`); or one per sample (anything that
-        broadcasts to `x`'s shape, e.g. varying over time).
+        broadcasts to `x`'s shape, e.g. varying over time; the weight of a
+        sample then decays by ``1 - alpha[t]`` at each later step ``t``).
     axis : int, default -1
         The time axis.
+    adjust : bool, default False
+        The weighted mean (True) or the recursive form (False); see above.
 
     Returns
     -------
@@ -422,7 +429,11 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1):
     >>> from cuscan.signal import ema
     >>> ema([1.0, 2.0, 3.0, 4.0], 0.5)
     array([1.   , 1.5  , 2.25 , 3.125])
+    >>> ema([1.0, 2.0, 3.0, 4.0], 0.5, adjust=True)
+    array([1.        , 1.66666667, 2.42857143, 3.26666667])
     """
+    if not isinstance(adjust, (bool, np.bool_)):
+        raise TypeError(f"`adjust` must be a bool; got {type(adjust).__name__}")
     ns, x = _signal(x)
     axis = normalize_axis_index(axis, x.ndim)
     if np.ndim(alpha) == 0 and not hasattr(alpha, "device"):
@@ -448,8 +459,21 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1):
                              f"{values.min()} to {values.max()}")
     if x.shape[axis] == 0:
         return x * 1
-    first = x[_along(x, axis, 0)]
-    return linear_recurrence(1 - alpha, alpha * x, first, axis=axis)
+    dtype = _dtype(ns, x)
+    weight = alpha if isinstance(alpha, float) else ns.cast(alpha, dtype)  # TF mixes no dtypes
+    if not adjust:
+        return linear_recurrence(1 - alpha, weight * x, x[_along(x, axis, 0)], axis=axis)
+    # Sums of the weighted samples and of the weights, both linear recurrences.
+    steps = [1] * x.ndim
+    steps[axis] = x.shape[axis]
+    ones = ns.cast(ns.asarray(np.ones(steps), like=x), dtype)
+    return linear_recurrence(1 - alpha, x, axis=axis) / linear_recurrence(1 - alpha, ones,
+                                                                          axis=axis)
+
+
+def _dtype(ns, x) -> np.dtype:
+    """``x``'s dtype (float32/64 or complex64/128) as NumPy's."""
+    return np.dtype(f"{'complex' if ns.kind(x) == 'c' else 'float'}{8 * ns.itemsize(x)}")
 
 
 def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
