@@ -84,15 +84,15 @@ MODELS = {
 }
 
 
-def make(name, method="auto", num_layers=2, batch_first=False, inputs=3, hidden=5):
+def make(name, method="auto", num_layers=2, batch_first=False, inputs=3, hidden=5, **options):
     torch.manual_seed(0)
     model = MODELS[name](inputs, hidden, num_layers=num_layers, batch_first=batch_first,
-                         method=method).double()
+                         method=method, **options).double()
     return model, model.input_size
 
 
 def random_state(model, batch, generator):
-    shape = (model.num_layers, batch, model.hidden_size)
+    shape = (len(model.layers), batch, model.hidden_size)
     parts = tuple(torch.randn(shape, generator=generator, dtype=torch.float64)
                   for _ in model.state_names)
     return parts[0] if len(parts) == 1 else parts
@@ -182,11 +182,14 @@ def test_gradcheck(name):
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-@pytest.mark.parametrize("enforce_sorted", [True, False])
-def test_packed_sequences(name, enforce_sorted):
+@pytest.mark.parametrize(("enforce_sorted", "bidirectional"),
+                         [(True, False), (False, False), (False, True)])
+def test_packed_sequences(name, enforce_sorted, bidirectional):
     """A PackedSequence gives, for each sequence, what running it alone gives: its
-    outputs and its state after its own last step, in value and gradient."""
-    model, inputs = make(name, batch_first=True)  # batch_first does not apply to packed input
+    outputs and its state after its own last step, in value and gradient (backward
+    directions start at each sequence's own end)."""
+    # batch_first does not apply to packed input
+    model, inputs = make(name, batch_first=True, bidirectional=bidirectional)
     generator = torch.Generator().manual_seed(7)
     lengths = [9, 4, 13, 1, 9] if not enforce_sorted else [13, 9, 9, 4, 1]
     sequences = [torch.randn(n, inputs, generator=generator, dtype=torch.float64,
@@ -232,6 +235,61 @@ def test_unbatched_sequence(name):
         torch.testing.assert_close(mine, theirs[:, 0])
 
 
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_bidirectional_matches_the_equations(name):
+    """Each layer's second direction is its equations run over the reversed sequence;
+    the next layer reads both directions' outputs, concatenated; states are ordered
+    (layer, direction) as in torch.nn.LSTM. Batched and unbatched."""
+    model, inputs = make(name, bidirectional=True)
+    assert len(model.layers) == 4
+    generator = torch.Generator().manual_seed(17)
+    x = torch.randn(40, 3, inputs, generator=generator, dtype=torch.float64)
+    state = random_state(model, 3, generator)
+    output, final = model(x, state)
+    assert output.shape == (40, 3, 2 * model.hidden_size)
+    expected, finals = x, []
+    for index, layer in enumerate(model.layers):
+        own = tuple(s[index] for s in flat(state))
+        own = own if len(own) > 1 else own[0]
+        if index % 2 == 0:
+            forward, end = _loop_layer(layer, expected, own)
+        else:
+            backward, start = _loop_layer(layer, expected.flip(0), own)
+            expected = torch.cat([forward, backward.flip(0)], dim=-1)
+            finals += [end, start]
+    torch.testing.assert_close(output, expected, rtol=1e-10, atol=1e-10)
+    for position, part in enumerate(flat(final)):
+        theirs = torch.stack([flat(f)[position] for f in finals])
+        torch.testing.assert_close(part, theirs, rtol=1e-10, atol=1e-10)
+    single, single_final = model(x[:, 1], tuple(s[:, 1] for s in flat(state))
+                                 if isinstance(state, tuple) else state[:, 1])
+    torch.testing.assert_close(single, output[:, 1])
+    for mine, theirs in zip(flat(single_final), flat(final), strict=True):
+        torch.testing.assert_close(mine, theirs[:, 1])
+
+
+def test_dropout_between_layers():
+    """Dropout acts on the outputs of every layer but the last, in training only: with
+    p = 1 the last layer reads zeros."""
+    model, inputs = make("gilr-lstm", dropout=1.0)
+    plain, _ = make("gilr-lstm")
+    x = torch.randn(30, 2, inputs, dtype=torch.float64)
+    model.eval()
+    torch.testing.assert_close(model(x)[0], plain(x)[0])
+    model.train()
+    output, _ = model(x)
+    expected, _ = _loop_layer(model.layers[1], torch.zeros(30, 2, model.hidden_size,
+                                                            dtype=torch.float64), None)
+    torch.testing.assert_close(output, expected)
+    model, _ = make("sru", dropout=0.5, num_layers=3)
+    torch.manual_seed(18)
+    first = model(x)[0]
+    torch.manual_seed(18)
+    torch.testing.assert_close(model(x)[0], first)
+    assert not torch.allclose(model(x)[0], first)
+    assert "dropout=0.5" in repr(model)
+
+
 def test_errors():
     model = GILR(3, 4)
     with pytest.raises(ValueError, match=r"\(T, B, input_size\) or \(T, input_size\) with "
@@ -253,3 +311,7 @@ def test_errors():
         QRNN(3, 4, window=0)
     with pytest.raises(ValueError, match="num_layers"):
         QRNN(3, 4, num_layers=0)
+    with pytest.raises(ValueError, match=r"`dropout` must be a number in \[0, 1\]; got 1.5"):
+        GILR(3, 4, dropout=1.5)
+    with pytest.raises(ValueError, match=r"shape \(2, 2, 4\)"):
+        QRNN(3, 4, bidirectional=True)(torch.randn(5, 2, 3), torch.zeros(1, 2, 4))

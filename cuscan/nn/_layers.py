@@ -33,16 +33,26 @@ class _Stack(nn.Module):
     state_names: tuple[str, ...] = ("h",)
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, *,
-                 batch_first: bool = False, method: str = "auto", **layer_options):
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 method: str = "auto", **layer_options):
         super().__init__()
         if num_layers < 1:
             raise ValueError(f"`num_layers` must be at least 1; got {num_layers}")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not (
+                0 <= dropout <= 1):
+            raise ValueError(f"`dropout` must be a number in [0, 1]; got {dropout!r}")
         _api.check_method(method)
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.batch_first, self.method = batch_first, method
+        self.dropout, self.bidirectional = float(dropout), bool(bidirectional)
+        directions = 2 if bidirectional else 1
+        # Layer i's directions are layers[i * directions:(i + 1) * directions], as the
+        # states are ordered in torch.nn.LSTM; each layer after the first reads the
+        # concatenated outputs of the directions before it.
         self.layers = nn.ModuleList(
-            self._layer(input_size if i == 0 else hidden_size, hidden_size, **layer_options)
-            for i in range(num_layers))
+            self._layer(input_size if i < directions else directions * hidden_size,
+                        hidden_size, **layer_options)
+            for i in range(num_layers * directions))
 
     def _layer(self, input_size: int, hidden_size: int, **options) -> nn.Module:
         raise NotImplementedError
@@ -58,16 +68,17 @@ class _Stack(nn.Module):
             a ``torch.nn.utils.rnn.PackedSequence`` of sequences of different
             lengths.
         state : Tensor or tuple of Tensor, optional
-            The initial state: ``(num_layers, B, hidden_size)`` per state tensor
-            (see ``state_names``), ``(num_layers, hidden_size)`` for unbatched
-            inputs; zeros when omitted. For a PackedSequence, ``B`` runs in the
+            The initial state: ``(num_layers * directions, B, hidden_size)`` per
+            state tensor (see ``state_names``; directions is 2 when
+            bidirectional), ``(num_layers * directions, hidden_size)`` for
+            unbatched inputs; zeros when omitted. For a PackedSequence, ``B`` runs in the
             order of the sequences before packing, as for ``torch.nn.LSTM``.
 
         Returns
         -------
         output : Tensor or PackedSequence
             The last layer's outputs, in the layout of `inputs` with
-            ``hidden_size`` features.
+            ``hidden_size`` features (twice that when bidirectional).
         state : Tensor or tuple of Tensor
             The final state, in the layout of `state`; with a PackedSequence,
             each sequence's state after its own last step.
@@ -82,7 +93,7 @@ class _Stack(nn.Module):
             return inputs._replace(data=packed.data), final
         if inputs.ndim == 2 and inputs.shape[-1] == self.input_size:
             if state is not None:
-                self._parts(state, (self.num_layers, self.hidden_size))
+                self._parts(state, (len(self.layers), self.hidden_size))
                 state = self._stacked(state, lambda s: s.unsqueeze(1))
             output, final = self._run(inputs.unsqueeze(1), state, None)
             return output.squeeze(1), self._stacked(final, lambda s: s.squeeze(1))
@@ -98,20 +109,31 @@ class _Stack(nn.Module):
     def _run(self, x, state, lengths):
         """The stack over time-major ``x``; finals at ``lengths - 1`` when given."""
         states = self._split(state, x.shape[1])
+        directions = 2 if self.bidirectional else 1
         finals = []
-        for layer, initial in zip(self.layers, states, strict=True):
-            x, sequences = layer(x, initial, self.method)
+        for index, (layer, initial) in enumerate(zip(self.layers, states, strict=True)):
+            direction = index % directions
+            if direction == 0:
+                if index and self.dropout:  # on the outputs of every layer but the last
+                    x = nn.functional.dropout(x, self.dropout, self.training)
+                inputs, outputs = x, []
+            # The backward direction runs forward over each sequence reversed.
+            seen = _reversed(inputs, lengths) if direction else inputs
+            output, sequences = layer(seen, initial, self.method)
+            outputs.append(_reversed(output, lengths) if direction else output)
             finals.append(tuple(
                 _final(sequence, start, lengths) for sequence, start in zip(
                     sequences, initial, strict=True)))
+            if direction == directions - 1:
+                x = torch.cat(outputs, dim=-1) if directions > 1 else output
         joined = tuple(torch.stack(parts) for parts in zip(*finals, strict=True))
         return x, joined[0] if len(joined) == 1 else joined
 
     def _split(self, state, batch: int) -> list:
         """Per-layer tuples of initial states (None for zeros) from the stacked layout."""
         if state is None:
-            return [(None,) * len(self.state_names)] * self.num_layers
-        parts = self._parts(state, (self.num_layers, batch, self.hidden_size))
+            return [(None,) * len(self.state_names)] * len(self.layers)
+        parts = self._parts(state, (len(self.layers), batch, self.hidden_size))
         return list(zip(*(p.unbind(0) for p in parts), strict=True))
 
     def _parts(self, state, shape: tuple) -> tuple:
@@ -128,8 +150,21 @@ class _Stack(nn.Module):
         return change(state) if len(self.state_names) == 1 else tuple(map(change, state))
 
     def extra_repr(self) -> str:
+        options = "".join(f", {name}={getattr(self, name)}" for name in (
+            "dropout", "bidirectional") if getattr(self, name))
         return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
-                f"batch_first={self.batch_first}, method={self.method!r}")
+                f"batch_first={self.batch_first}{options}, method={self.method!r}")
+
+
+def _reversed(x, lengths):
+    """Time-major ``x`` reversed in time; with ``lengths``, each sequence within its own
+    length (the padding after it stays in place). Its own inverse."""
+    if lengths is None:
+        return x.flip(0)
+    steps = torch.arange(len(x), device=x.device)[:, None]
+    lengths = lengths.to(x.device)[None, :]
+    index = torch.where(steps < lengths, lengths - 1 - steps, steps)
+    return x.gather(0, index[..., None].expand_as(x))
 
 
 def _final(sequence, initial, lengths):
@@ -171,6 +206,14 @@ class GILR(_Stack):
         Layers stacked; each after the first reads the previous one's ``h``.
     batch_first : bool, default False
         Inputs and outputs are ``(B, T, features)`` instead of ``(T, B, features)``.
+    dropout : float, default 0
+        Dropout on the outputs of every layer but the last, in training, as in
+        ``torch.nn.LSTM``.
+    bidirectional : bool, default False
+        Each layer also runs backward in time, with its own weights; its
+        outputs are the two directions' concatenated (``2 * hidden_size``
+        features) and the states have ``2 * num_layers`` entries, ordered as
+        ``torch.nn.LSTM``'s (layer, then direction).
     method : {"auto", "serial", "parallel"}, default "auto"
         How ``cuscan.linear_recurrence`` runs; the numbers agree to rounding.
 
@@ -220,7 +263,8 @@ class GILRLSTM(_Stack):
 
     Both recurrences (the surrogate and the cell) are linear, so the whole
     layer is parallel over time. Parameters as for :class:`GILR`; the state
-    is the pair ``(surrogate, cell)``, each ``(num_layers, B, hidden_size)``.
+    is the pair ``(surrogate, cell)``, each ``(num_layers, B, hidden_size)``
+    (``2 * num_layers`` when bidirectional).
 
     Examples
     --------
@@ -325,11 +369,13 @@ class QRNN(_Stack):
     """
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, *,
-                 window: int = 2, batch_first: bool = False, method: str = "auto"):
+                 window: int = 2, batch_first: bool = False, dropout: float = 0.0,
+                 bidirectional: bool = False, method: str = "auto"):
         if window < 1:
             raise ValueError(f"`window` must be at least 1; got {window}")
         super().__init__(input_size, hidden_size, num_layers, batch_first=batch_first,
-                         method=method, window=window)
+                         dropout=dropout, bidirectional=bidirectional, method=method,
+                         window=window)
 
     def _layer(self, input_size, hidden_size, window):
         return _QRNNLayer(input_size, hidden_size, window)
