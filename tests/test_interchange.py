@@ -66,4 +66,10 @@ def test_signal_filters_through_dlpack():
     assert isinstance(y, np.ndarray)
     np.testing.assert_allclose(y, expected, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(zf, expected_zf, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(signal.ema(Exported(x), 0.5), signal.ema(x, 0.5))
+    for adjust in (False, True):
+        np.testing.assert_allclose(signal.ema(Exported(x), 0.5, adjust=adjust),
+                                   signal.ema(x, 0.5, adjust=adjust))
+    np.testing.assert_allclose(signal.sosfiltfilt(sos, Exported(x)), ss.sosfiltfilt(sos, x),
+                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(signal.filtfilt(*ss.butter(2, 0.2), Exported(x)),
+                               ss.filtfilt(*ss.butter(2, 0.2), x), rtol=1e-10, atol=1e-12)
