@@ -307,10 +307,18 @@ def test_errors():
         GILRLSTM(3, 4)(torch.randn(5, 2, 3), torch.zeros(1, 2, 4))
     with pytest.raises(ValueError, match="method"):
         SRU(3, 4, method="fast")
-    with pytest.raises(ValueError, match="window"):
+    with pytest.raises(ValueError, match="`window` must be at least 1; got 0"):
         QRNN(3, 4, window=0)
-    with pytest.raises(ValueError, match="num_layers"):
+    with pytest.raises(ValueError, match="`num_layers` must be at least 1; got 0"):
         QRNN(3, 4, num_layers=0)
+    with pytest.raises(ValueError, match="`hidden_size` must be at least 1; got 0"):
+        GILR(3, 0)
+    with pytest.raises(ValueError, match="`input_size` must be at least 1; got -2"):
+        SRU(-2, 4)
+    with pytest.raises(TypeError, match="`num_layers` must be an integer; got float"):
+        GILRLSTM(3, 4, num_layers=1.5)
+    with pytest.raises(TypeError, match="`window` must be an integer; got bool"):
+        QRNN(3, 4, window=True)
     with pytest.raises(ValueError, match=r"`dropout` must be a number in \[0, 1\]; got 1.5"):
         GILR(3, 4, dropout=1.5)
     with pytest.raises(ValueError, match=r"shape \(2, 2, 4\)"):

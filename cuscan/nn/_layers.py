@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import nn
 
@@ -36,8 +38,9 @@ class _Stack(nn.Module):
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
                  method: str = "auto", **layer_options):
         super().__init__()
-        if num_layers < 1:
-            raise ValueError(f"`num_layers` must be at least 1; got {num_layers}")
+        for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
+                            ("num_layers", num_layers)):
+            _check_count(name, value)
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not (
                 0 <= dropout <= 1):
             raise ValueError(f"`dropout` must be a number in [0, 1]; got {dropout!r}")
@@ -154,6 +157,14 @@ class _Stack(nn.Module):
             "dropout", "bidirectional") if getattr(self, name))
         return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
                 f"batch_first={self.batch_first}{options}, method={self.method!r}")
+
+
+def _check_count(name: str, value) -> None:
+    """A size or count: a positive integer (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"`{name}` must be an integer; got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"`{name}` must be at least 1; got {value}")
 
 
 def _reversed(x, lengths):
@@ -371,8 +382,7 @@ class QRNN(_Stack):
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, *,
                  window: int = 2, batch_first: bool = False, dropout: float = 0.0,
                  bidirectional: bool = False, method: str = "auto"):
-        if window < 1:
-            raise ValueError(f"`window` must be at least 1; got {window}")
+        _check_count("window", window)
         super().__init__(input_size, hidden_size, num_layers, batch_first=batch_first,
                          dropout=dropout, bidirectional=bidirectional, method=method,
                          window=window)
