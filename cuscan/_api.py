@@ -306,7 +306,7 @@ def check_method(method: str) -> None:
 def forward_shape(decays_shape, impulses_shape, state_shape, axis) -> tuple[tuple, int]:
     """The result's shape and the normalised time axis of a forward call, or the error."""
     shape = _broadcast_shape(("decays", decays_shape), ("impulses", impulses_shape))
-    axis = _time_axis(axis, shape)
+    axis = time_axis(axis, shape)
     if state_shape is not None:
         _check_state(state_shape, shape, axis)
     return shape, axis
@@ -320,7 +320,7 @@ def backward_shape(grad_shape, decays_shape, output_shape, state_shape, axis):
             f"`grad_output` must have the shape of `output`; got {grad_shape} and {shape}"
         )
     _broadcast_shape(("decays", decays_shape), ("output", shape), into=shape)
-    axis = _time_axis(axis, shape)
+    axis = time_axis(axis, shape)
     if state_shape is not None:
         _check_state(state_shape, shape, axis)
     return shape, axis
@@ -351,7 +351,8 @@ def _broadcast_shape(first, second, into=None) -> tuple[int, ...]:
     return shape
 
 
-def _time_axis(axis: int, shape: tuple[int, ...]) -> int:
+def time_axis(axis: int, shape: tuple[int, ...]) -> int:
+    """``axis`` checked (an integer, not a bool) and made non-negative for ``shape``."""
     if not shape:
         raise ValueError(
             "the inputs are 0-d, so there is no time axis; expected at least 1 dimension"

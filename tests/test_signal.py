@@ -181,6 +181,10 @@ def test_errors():
         signal.ema(np.ones((3, 10)), np.ones(4))
     with pytest.raises(TypeError, match="must hold numbers"):
         signal.ema(np.array(["a", "b"]), 0.5)
+    with pytest.raises(TypeError, match="`axis` must be an integer; got True"):
+        signal.sosfilt([[1, 0, 0, 1, 0.5, 0]], np.ones((2, 3)), axis=True)
+    with pytest.raises(TypeError, match=r"`axis` must be an integer; got 1\.0"):
+        signal.ema(np.ones((2, 3)), 0.5, axis=1.0)
     with pytest.raises(TypeError, match="`adjust` must be a bool; got str"):
         signal.ema(np.ones(3), 0.5, adjust="yes")
     with pytest.raises(TypeError, match="`x` is a masked array"):

@@ -6,10 +6,9 @@ import numbers
 from typing import Any
 
 import numpy as np
-from numpy.lib.array_utils import normalize_axis_index
 
 from cuscan import _backend
-from cuscan._api import check_given, linear_recurrence
+from cuscan._api import check_given, linear_recurrence, time_axis
 from cuscan.signal._arrays import namespace
 
 ArrayLike = Any
@@ -218,7 +217,7 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     """
     b, a = _normalized(b, a)
     ns, x = _signal(x, zi)
-    axis = normalize_axis_index(axis, x.ndim)
+    axis = time_axis(axis, tuple(x.shape))
     order = max(a.size, b.size) - 1
     zi = _state(ns, zi, x, axis, order)
     y, zf = _filter(b, a, ns, x, axis, zi)
@@ -277,7 +276,7 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     """
     sos = _sections(sos)
     ns, x = _signal(x, zi)
-    axis = normalize_axis_index(axis, x.ndim)
+    axis = time_axis(axis, tuple(x.shape))
     zi = _state(ns, zi, x, axis, 2, sections=sos.shape[0])
     work, out = _dtypes(ns, x, sos)
     y, zf = _cascade(sos, ns, ns.cast(x, work), axis, zi)
@@ -435,7 +434,7 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False):
     if not isinstance(adjust, (bool, np.bool_)):
         raise TypeError(f"`adjust` must be a bool; got {type(adjust).__name__}")
     ns, x = _signal(x)
-    axis = normalize_axis_index(axis, x.ndim)
+    axis = time_axis(axis, tuple(x.shape))
     if np.ndim(alpha) == 0 and not hasattr(alpha, "device"):
         alpha = float(alpha)  # a Python scalar keeps the signal's precision
         if not 0 < alpha <= 1:
@@ -522,7 +521,7 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
                          f"implemented); got {method!r}")
     b, a = _normalized(b, a)
     ns, x = _signal(x)
-    axis = normalize_axis_index(axis, x.ndim)
+    axis = time_axis(axis, tuple(x.shape))
     work, out = _dtypes(ns, x, b, a)
 
     def run(x, zi):
@@ -571,7 +570,7 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
     """
     sos = _sections(sos)
     ns, x = _signal(x)
-    axis = normalize_axis_index(axis, x.ndim)
+    axis = time_axis(axis, tuple(x.shape))
     work, out = _dtypes(ns, x, sos)
     taps = 2 * len(sos) + 1 - min(np.sum(sos[:, 2] == 0), np.sum(sos[:, 5] == 0))
 
