@@ -185,6 +185,12 @@ def test_errors():
         signal.sosfilt([[1, 0, 0, 1, 0.5, 0]], np.ones((2, 3)), axis=True)
     with pytest.raises(TypeError, match=r"`axis` must be an integer; got 1\.0"):
         signal.ema(np.ones((2, 3)), 0.5, axis=1.0)
+    for alpha, got in (("0.5", "str"), (None, "NoneType"), (True, "bool"), (0.5 + 0j, "complex"),
+                       (np.array([0.5 + 0.1j, 0.3]), "dtype complex128"),
+                       (np.array([True, False]), "dtype bool")):
+        with pytest.raises(TypeError, match=f"`alpha` must be a real number or an array of "
+                                            f"them; got {got}"):
+            signal.ema(np.ones((2, 3)), alpha, axis=0)
     with pytest.raises(TypeError, match="`adjust` must be a bool; got str"):
         signal.ema(np.ones(3), 0.5, adjust="yes")
     with pytest.raises(TypeError, match="`x` is a masked array"):
@@ -218,6 +224,26 @@ def test_stateless_filters_with_zi(backend):
                            zi=backend.asarray(np.zeros((0, 2))))
     np.testing.assert_array_equal(backend.to_numpy(y), x)
     assert backend.to_numpy(zf).shape == (0, 2)
+
+
+def test_complex_state_of_a_real_signal(backend):
+    """A complex zi makes the output complex, as in SciPy (not its imaginary part dropped)."""
+    rng = np.random.default_rng(19)
+    x = rng.standard_normal((2, 30))
+    zi = rng.standard_normal((2, 2)) + 1j * rng.standard_normal((2, 2))
+    b, a = [0.2, 0.3, 0.1], [1.0, -0.9, 0.2]
+    expected, expected_zf = ss.lfilter(b, a, x, zi=zi)
+    for dtype, tolerance in ((np.float64, 1e-12), (np.float32, 1e-6)):
+        y, zf = signal.lfilter(b, a, backend.asarray(x.astype(dtype)), zi=backend.asarray(zi))
+        assert backend.to_numpy(y).dtype == np.result_type(dtype, np.complex64)
+        assert relative_error(backend.to_numpy(y), expected) < tolerance
+        assert relative_error(backend.to_numpy(zf), expected_zf) < tolerance
+    sos = ss.butter(4, 0.2, output="sos")
+    szi = rng.standard_normal((2, 2, 2)) + 1j * rng.standard_normal((2, 2, 2))
+    y, zf = signal.sosfilt(sos, backend.asarray(x), zi=backend.asarray(szi))
+    expected, expected_zf = ss.sosfilt(sos, x, zi=szi)
+    assert relative_error(backend.to_numpy(y), expected) < 1e-12
+    assert relative_error(backend.to_numpy(zf), expected_zf) < 1e-12
 
 
 def test_lfilter_zi_broadcasts_as_scipy(backend):

@@ -31,7 +31,7 @@ def _host(coefficients, name: str) -> np.ndarray:
 
 def _signal(x, zi=None):
     """The namespace of ``x``'s library and ``x`` as a float32/64 or complex64/128 array
-    of it."""
+    of it; complex if ``zi`` is, as the filter's output then is."""
     check_given({"x": x, "zi": zi}, optional=("zi",))
     ns = namespace({"x": x, "zi": zi})
     x = ns.asarray(x)
@@ -40,6 +40,8 @@ def _signal(x, zi=None):
         raise TypeError(f"`x` must hold numbers; got dtype {x.dtype}")
     if kind not in "fc" or itemsize < 4:
         x = ns.cast(x, np.float64 if kind in "biu" else np.float32)
+    if zi is not None and kind != "c" and ns.kind(ns.asarray(zi, like=x)) == "c":
+        x = ns.cast(x, np.complex64 if _single(ns, x) else np.complex128)
     if None in tuple(x.shape):
         raise ValueError(f"cuscan.signal needs the shape of `x` inside tf.function; got "
                          f"{x.shape} (give the tf.function an input_signature with sizes)")
@@ -436,11 +438,17 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False):
     ns, x = _signal(x)
     axis = time_axis(axis, tuple(x.shape))
     if np.ndim(alpha) == 0 and not hasattr(alpha, "device"):
+        if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, numbers.Real):
+            raise TypeError(f"`alpha` must be a real number or an array of them; got "
+                            f"{type(alpha).__name__}")
         alpha = float(alpha)  # a Python scalar keeps the signal's precision
         if not 0 < alpha <= 1:
             raise ValueError(f"`alpha` must lie in (0, 1]; got {alpha}")
     else:
         alpha = ns.asarray(alpha, like=x)
+        if ns.kind(alpha) not in "iuf":
+            raise TypeError(f"`alpha` must be a real number or an array of them; got dtype "
+                            f"{alpha.dtype}")
         alpha = ns.cast(alpha, np.float32 if _single(ns, x) else np.float64)
         channel_shape = x.shape[:axis] + x.shape[axis + 1:]
         shape = tuple(alpha.shape)
