@@ -323,3 +323,18 @@ def test_errors():
         GILR(3, 4, dropout=1.5)
     with pytest.raises(ValueError, match=r"shape \(2, 2, 4\)"):
         QRNN(3, 4, bidirectional=True)(torch.randn(5, 2, 3), torch.zeros(1, 2, 4))
+
+
+@pytest.mark.parametrize("name", ["gilr-lstm", "qrnn-10"])
+def test_compile_fullgraph(name):
+    """A stack (bidirectional here) compiles into one graph with the same values and
+    gradients."""
+    model, inputs = make(name, bidirectional=True)
+    x = torch.randn(30, 2, inputs, dtype=torch.float64)
+    eager, _ = model(x)
+    eager_grads = torch.autograd.grad(eager.square().sum(), list(model.parameters()))
+    compiled, _ = torch.compile(model, fullgraph=True, backend="aot_eager")(x)
+    grads = torch.autograd.grad(compiled.square().sum(), list(model.parameters()))
+    torch.testing.assert_close(compiled, eager)
+    for mine, theirs in zip(grads, eager_grads, strict=True):
+        torch.testing.assert_close(mine, theirs)
