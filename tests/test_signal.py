@@ -522,6 +522,24 @@ def test_framework_zero_phase(framework):
         np.testing.assert_allclose(grad, exact, rtol=1e-9, atol=1e-12)
 
 
+def test_jax_vmap_over_signals_and_alphas():
+    """jax.vmap maps the filters over signals, and ema over one scalar alpha per signal
+    (a 0-d tracer, not a Python number)."""
+    jax = require("jax")
+    x = np.random.default_rng(20).standard_normal((4, 100))
+    alphas = np.array([0.1, 0.2, 0.3, 1.0])
+    sos = ss.butter(4, 0.1, output="sos")
+    with jax.enable_x64(True):
+        y = jax.jit(jax.vmap(lambda v: signal.sosfiltfilt(sos, v)))(x)
+        np.testing.assert_allclose(np.asarray(y), ss.sosfiltfilt(sos, x), rtol=1e-10,
+                                   atol=1e-12)
+        for adjust in (False, True):
+            y = jax.jit(jax.vmap(lambda v, a, adjust=adjust: signal.ema(v, a, adjust=adjust)))(
+                x, alphas)
+            np.testing.assert_allclose(np.asarray(y), signal.ema(x, alphas, adjust=adjust),
+                                       rtol=1e-12, atol=1e-12)
+
+
 def test_framework_compiled(framework):
     """Under jax.jit, tf.function and torch.compile (which graph-breaks around the NumPy
     filter design, warning about it and about its own deprecations)."""

@@ -437,7 +437,7 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False):
         raise TypeError(f"`adjust` must be a bool; got {type(adjust).__name__}")
     ns, x = _signal(x)
     axis = time_axis(axis, tuple(x.shape))
-    if np.ndim(alpha) == 0 and not hasattr(alpha, "device"):
+    if alpha is None or isinstance(alpha, (numbers.Number, np.generic, str, bytes)):
         if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, numbers.Real):
             raise TypeError(f"`alpha` must be a real number or an array of them; got "
                             f"{type(alpha).__name__}")
