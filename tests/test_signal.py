@@ -540,6 +540,21 @@ def test_jax_vmap_over_signals_and_alphas():
                                        rtol=1e-12, atol=1e-12)
 
 
+def test_torch_func_vmap_over_signals_and_alphas():
+    """torch.func.vmap maps the filters and ema (per-signal alphas) over a batch."""
+    torch = require("torch")
+    x = torch.randn(4, 100, dtype=torch.float64)
+    alphas = torch.tensor([0.1, 0.2, 0.3, 1.0], dtype=torch.float64)
+    sos = ss.butter(4, 0.1, output="sos")
+    y = torch.func.vmap(lambda v: signal.sosfiltfilt(sos, v))(x)
+    np.testing.assert_allclose(y.numpy(), ss.sosfiltfilt(sos, x.numpy()), rtol=1e-10,
+                               atol=1e-12)
+    for adjust in (False, True):
+        y = torch.func.vmap(lambda v, a, adjust=adjust: signal.ema(v, a, adjust=adjust))(
+            x, alphas)
+        torch.testing.assert_close(y, signal.ema(x, alphas[:, None], adjust=adjust))
+
+
 def test_framework_compiled(framework):
     """Under jax.jit, tf.function and torch.compile (which graph-breaks around the NumPy
     filter design, warning about it and about its own deprecations)."""

@@ -135,7 +135,13 @@ class _Torch(_Arrays):
         return x.flip(axis)
 
     def concrete(self, x) -> bool:
-        return not self.torch.compiler.is_compiling()
+        if self.torch.compiler.is_compiling():
+            return False
+        try:
+            x.data_ptr()  # tensors wrapped by torch.func transforms (vmap, grad) have none
+        except RuntimeError:
+            return False
+        return True
 
     def host(self, x) -> np.ndarray:
         return x.detach().cpu().numpy()
