@@ -31,7 +31,7 @@ def _host(coefficients, name: str) -> np.ndarray:
 
 def _signal(x, zi=None):
     """The namespace of ``x``'s library and ``x`` as a float32/64 or complex64/128 array
-    of it; complex if ``zi`` is, as the filter's output then is."""
+    of it."""
     check_given({"x": x, "zi": zi}, optional=("zi",))
     ns = namespace({"x": x, "zi": zi})
     x = ns.asarray(x)
@@ -40,15 +40,13 @@ def _signal(x, zi=None):
         raise TypeError(f"`x` must hold numbers; got dtype {x.dtype}")
     if kind not in "fc" or itemsize < 4:
         x = ns.cast(x, np.float64 if kind in "biu" else np.float32)
-    if zi is not None and kind != "c" and ns.kind(ns.asarray(zi, like=x)) == "c":
-        x = ns.cast(x, np.complex64 if _single(ns, x) else np.complex128)
     if None in tuple(x.shape):
         raise ValueError(f"cuscan.signal needs the shape of `x` inside tf.function; got "
                          f"{x.shape} (give the tf.function an input_signature with sizes)")
     return ns, x
 
 
-def _dtypes(ns, x, *coefficients: np.ndarray) -> tuple[np.dtype, np.dtype]:
+def _dtypes(ns, x, *coefficients: np.ndarray, state=None) -> tuple[np.dtype, np.dtype]:
     """The dtype filters compute in (double precision) and the one they return.
 
     Poles of low-cutoff designs sit within 1e-4 of the unit circle, where
@@ -56,7 +54,8 @@ def _dtypes(ns, x, *coefficients: np.ndarray) -> tuple[np.dtype, np.dtype]:
     so the recurrences always run in double precision and single-precision
     signals are rounded once at the end.
     """
-    complex_ = ns.kind(x) == "c" or any(np.iscomplexobj(c) for c in coefficients)
+    complex_ = ns.kind(x) == "c" or any(np.iscomplexobj(c) for c in coefficients) or (
+        state is not None and ns.kind(state) == "c")  # a complex zi gives a complex output
     work = np.dtype(np.complex128 if complex_ else np.float64)
     if _single(ns, x):
         return work, np.dtype(np.complex64 if complex_ else np.float32)
@@ -103,7 +102,7 @@ def _along(x, axis: int, index) -> tuple:
 
 def _filter(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
     """One IIR filter ``b(z) / a(z)`` (normalised) along ``axis``; returns y and zf."""
-    dtype, out_dtype = _dtypes(ns, x, b, a)
+    dtype, out_dtype = _dtypes(ns, x, b, a, state=zi)
     order = max(a.size, b.size) - 1
     length = x.shape[axis]
     x = ns.cast(x, dtype)
@@ -280,7 +279,7 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     ns, x = _signal(x, zi)
     axis = time_axis(axis, tuple(x.shape))
     zi = _state(ns, zi, x, axis, 2, sections=sos.shape[0])
-    work, out = _dtypes(ns, x, sos)
+    work, out = _dtypes(ns, x, sos, state=zi)
     y, zf = _cascade(sos, ns, ns.cast(x, work), axis, zi)
     return ns.cast(y, out) if zi is None else (ns.cast(y, out), ns.cast(zf, out))
 
@@ -468,9 +467,9 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False):
                              f"{values.min()} to {values.max()}")
     if x.shape[axis] == 0:
         return x * 1
-    dtype = _dtype(ns, x)
-    weight = alpha if isinstance(alpha, float) else ns.cast(alpha, dtype)  # TF mixes no dtypes
+    _, dtype = _dtypes(ns, x)  # x's own
     if not adjust:
+        weight = alpha if isinstance(alpha, float) else ns.cast(alpha, dtype)  # TF mixes none
         return linear_recurrence(1 - alpha, weight * x, x[_along(x, axis, 0)], axis=axis)
     # Sums of the weighted samples and of the weights, both linear recurrences.
     steps = [1] * x.ndim
@@ -478,11 +477,6 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False):
     ones = ns.cast(ns.asarray(np.ones(steps), like=x), dtype)
     return linear_recurrence(1 - alpha, x, axis=axis) / linear_recurrence(1 - alpha, ones,
                                                                           axis=axis)
-
-
-def _dtype(ns, x) -> np.dtype:
-    """``x``'s dtype (float32/64 or complex64/128) as NumPy's."""
-    return np.dtype(f"{'complex' if ns.kind(x) == 'c' else 'float'}{8 * ns.itemsize(x)}")
 
 
 def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
