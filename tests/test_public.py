@@ -22,8 +22,8 @@ def test_signal_all_is_its_public_api():
     import cuscan.signal
 
     public = {name for name in vars(cuscan.signal) if not name.startswith("_")}
-    assert set(cuscan.signal.__all__) == {"ema", "filtfilt", "lfilter", "lfilter_zi", "sosfilt",
-                                          "sosfilt_zi", "sosfiltfilt"}
+    assert set(cuscan.signal.__all__) == {"ema", "filtfilt", "lfilter", "lfilter_zi", "lfiltic",
+                                          "sosfilt", "sosfilt_zi", "sosfiltfilt"}
     assert public == set(cuscan.signal.__all__)
 
 

@@ -262,6 +262,87 @@ def test_lfilter_zi_broadcasts_as_scipy(backend):
         signal.lfilter(b, a, backend.asarray(x), zi=backend.asarray(np.zeros((4, 2))))
 
 
+LFILTIC_FILTERS = [
+    ([1.0, 1.0], [1.0, -0.5]),
+    ([0.2, 0.3, 0.1], [2.0, -0.9, 0.2, 0.1]),       # a[0] != 1, a longer than b
+    ([0.5, 0.1, 0.0, 0.3, 0.2], [1.0, -0.4]),       # b longer than a
+    ([1.0], [1.0, 0.0, 0.81]),
+    ([1.0, -1.0], [1.0]),                            # FIR: the state holds past inputs only
+    ([0.3 + 0.1j, 0.2], [1.0, -0.5j]),               # complex coefficients
+]
+
+
+@pytest.mark.parametrize(("b", "a"), LFILTIC_FILTERS)
+def test_lfiltic_matches_scipy(backend, b, a):
+    """Past outputs and inputs shorter than, as long as and longer than the filter needs,
+    and the default of no past inputs."""
+    rng = np.random.default_rng(21)
+    for y_length, x_length in [(1, None), (5, None), (1, 1), (2, 7), (7, 2), (0, 3)]:
+        y = rng.standard_normal(y_length)
+        x = None if x_length is None else rng.standard_normal(x_length)
+        expected = ss.lfiltic(b, a, y, x)
+        result = backend.to_numpy(signal.lfiltic(
+            b, a, backend.asarray(y), None if x is None else backend.asarray(x)))
+        assert result.dtype == np.result_type(np.float64, *map(np.asarray, (b, a)))
+        np.testing.assert_allclose(result, expected, rtol=1e-13, atol=1e-15)
+    single = signal.lfiltic(b, a, backend.asarray(y.astype(np.float32)),
+                            backend.asarray(x.astype(np.float32)))
+    assert backend.to_numpy(single).dtype == (np.complex64 if np.iscomplexobj(b) else np.float32)
+    mixed = signal.lfiltic(b, a, backend.asarray(y.astype(np.float32)), backend.asarray(x))
+    assert backend.to_numpy(mixed).dtype == expected.dtype  # double unless both are single
+    complex_y = y + 1j
+    np.testing.assert_allclose(backend.to_numpy(signal.lfiltic(b, a, backend.asarray(complex_y),
+                                                               backend.asarray(x))),
+                               ss.lfiltic(b, a, complex_y, x), rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_lfiltic_continues_a_filtered_signal(backend, axis):
+    """The state made from the last outputs and inputs, most recent first along the time
+    axis, continues the filter exactly: filtering the rest from it gives the rest of the
+    whole signal's output, channel by channel."""
+    rng = np.random.default_rng(22)
+    b, a = ss.cheby1(3, 1, 0.2)
+    shape = [3, 4, 5]
+    shape[axis] = 120
+    x = rng.standard_normal(shape)
+    whole = ss.lfilter(b, a, x, axis=axis)
+    split = 50
+    before = np.flip(x.take(range(split), axis=axis), axis)  # x[split-1], x[split-2], ...
+    past = np.flip(whole.take(range(split), axis=axis), axis)
+    zi = signal.lfiltic(b, a, backend.asarray(past), backend.asarray(before), axis=axis)
+    assert backend.to_numpy(zi).shape == tuple(3 if k == axis % 3 else n
+                                               for k, n in enumerate(shape))
+    rest, _ = signal.lfilter(b, a, backend.asarray(x.take(range(split, 120), axis=axis)),
+                             axis=axis, zi=zi)
+    np.testing.assert_allclose(backend.to_numpy(rest), whole.take(range(split, 120), axis=axis),
+                               rtol=1e-10, atol=1e-12)
+    # Channel dimensions of y and x broadcast together: one past input for every channel.
+    shared = np.take(before, [0], axis=(axis + 1) % 3)
+    broadcast = signal.lfiltic(b, a, backend.asarray(past), backend.asarray(shared), axis=axis)
+    expected = signal.lfiltic(b, a, past, np.broadcast_to(shared, before.shape), axis=axis)
+    np.testing.assert_allclose(backend.to_numpy(broadcast), expected, rtol=1e-14)
+
+
+def test_lfiltic_edges_and_errors(backend):
+    zi = signal.lfiltic([2.0], [1.0], backend.asarray(np.ones(3)))  # a pure gain: no state
+    assert backend.to_numpy(zi).shape == (0,)
+    zi = signal.lfiltic([1.0], [1.0, -0.5], backend.asarray(np.float64(4.0)))  # a scalar y[-1]
+    np.testing.assert_allclose(backend.to_numpy(zi), [2.0])
+    with pytest.raises(ValueError, match=r"`y` and `x` must have the same number of dimensions; "
+                                         r"got shapes \(2, 3\) and \(3,\)"):
+        signal.lfiltic([1.0, 1.0], [1.0, -0.5], backend.asarray(np.ones((2, 3))),
+                       backend.asarray(np.ones(3)))
+    with pytest.raises(ValueError, match=r"`a\[0\]` must be non-zero"):
+        signal.lfiltic([1.0], [0.0, 1.0], backend.asarray(np.ones(1)))
+    with pytest.raises(TypeError, match="`y` must be an array or a scalar; got None"):
+        signal.lfiltic([1.0], [1.0, 0.5], None)
+    with pytest.raises(TypeError, match="`x` must hold numbers"):
+        signal.lfiltic([1.0], [1.0, 0.5], np.ones(1), np.array(["a"]))
+    with pytest.raises(ValueError, match="axis"):
+        signal.lfiltic([1.0], [1.0, 0.5], backend.asarray(np.ones((2, 1))), axis=2)
+
+
 PADS = [("odd", None), ("even", None), ("constant", None), (None, None), ("odd", 0),
         ("even", 1), ("constant", 37), ("odd", 299)]
 
@@ -520,6 +601,29 @@ def test_framework_zero_phase(framework):
             step[at] = 1.0
             exact[at] = np.sum(ss.sosfiltfilt(sos, step, padtype=padtype) * weights)
         np.testing.assert_allclose(grad, exact, rtol=1e-9, atol=1e-12)
+
+
+def test_framework_lfiltic(framework):
+    """lfiltic on tensors gives the same framework's state, which lfilter continues from,
+    and its exact gradients with respect to the past outputs and inputs."""
+    rng = np.random.default_rng(23)
+    b, a = ss.butter(3, 0.3)
+    y, x, weights = (rng.standard_normal((2, 5)) for _ in range(3))
+    zi = signal.lfiltic(b, a, framework.tensor(y), framework.tensor(x))
+    assert framework.is_native(zi)
+    expected = np.stack([ss.lfiltic(b, a, y[k], x[k]) for k in range(2)])
+    np.testing.assert_allclose(framework.array(zi), expected, rtol=1e-13, atol=1e-15)
+    out, _ = signal.lfilter(b, a, framework.tensor(np.ones((2, 4))), zi=zi)
+    np.testing.assert_allclose(framework.array(out), ss.lfilter(b, a, np.ones((2, 4)),
+                                                                zi=expected)[0], rtol=1e-12)
+    grads = framework.grad(lambda y, x: framework.total(
+        signal.lfiltic(b, a, y, x)[:, :3] * framework.tensor(weights[:, :3])), y, x)
+    for taps, grad in ((-a, grads[0]), (b, grads[1])):  # zi[m] = sum_j taps[m+1+j] past[j]
+        exact = np.zeros((2, 5))
+        for m in range(3):
+            for j in range(3 - m):
+                exact[:, j] += taps[m + 1 + j] * weights[:, m]
+        np.testing.assert_allclose(grad, exact, rtol=1e-13, atol=1e-15)
 
 
 def test_jax_vmap_over_signals_and_alphas():

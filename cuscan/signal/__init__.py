@@ -1,7 +1,7 @@
 """IIR filtering on linear recurrences: SciPy's filters, parallel over time.
 
-``lfilter``, ``sosfilt``, ``filtfilt`` and ``sosfiltfilt`` take SciPy's
-arguments and give SciPy's results (``zi``/``zf`` included, so long signals can
+``lfilter``, ``sosfilt``, ``filtfilt``, ``sosfiltfilt`` and their helpers take
+SciPy's arguments and give SciPy's results (``zi``/``zf`` included, so long signals can
 be filtered block by block), on NumPy and CuPy arrays and torch, JAX and
 TensorFlow tensors; ``ema`` is an exponential moving average.
 """
@@ -11,9 +11,11 @@ from cuscan.signal._filters import (
     filtfilt,
     lfilter,
     lfilter_zi,
+    lfiltic,
     sosfilt,
     sosfilt_zi,
     sosfiltfilt,
 )
 
-__all__ = ["ema", "filtfilt", "lfilter", "lfilter_zi", "sosfilt", "sosfilt_zi", "sosfiltfilt"]
+__all__ = ["ema", "filtfilt", "lfilter", "lfilter_zi", "lfiltic", "sosfilt", "sosfilt_zi",
+           "sosfiltfilt"]

@@ -34,16 +34,22 @@ def _signal(x, zi=None):
     of it."""
     check_given({"x": x, "zi": zi}, optional=("zi",))
     ns = namespace({"x": x, "zi": zi})
-    x = ns.asarray(x)
-    kind, itemsize = ns.kind(x), ns.itemsize(x)
+    return ns, _inexact(ns, x, "x")
+
+
+def _inexact(ns, value, name: str, like=None):
+    """``value`` as a float32/64 or complex64/128 array of ``ns`` (integers and bools as
+    float64, half precision as float32)."""
+    value = ns.asarray(value, like=like)
+    kind, itemsize = ns.kind(value), ns.itemsize(value)
     if kind not in "biufc":
-        raise TypeError(f"`x` must hold numbers; got dtype {x.dtype}")
+        raise TypeError(f"`{name}` must hold numbers; got dtype {value.dtype}")
     if kind not in "fc" or itemsize < 4:
-        x = ns.cast(x, np.float64 if kind in "biu" else np.float32)
-    if None in tuple(x.shape):
-        raise ValueError(f"cuscan.signal needs the shape of `x` inside tf.function; got "
-                         f"{x.shape} (give the tf.function an input_signature with sizes)")
-    return ns, x
+        value = ns.cast(value, np.float64 if kind in "biu" else np.float32)
+    if None in tuple(value.shape):
+        raise ValueError(f"cuscan.signal needs the shape of `{name}` inside tf.function; got "
+                         f"{value.shape} (give the tf.function an input_signature with sizes)")
+    return value
 
 
 def _dtypes(ns, x, *coefficients: np.ndarray, state=None) -> tuple[np.dtype, np.dtype]:
@@ -337,6 +343,82 @@ def sosfilt_zi(sos: ArrayLike) -> np.ndarray:
         states.append(lfilter_zi(b, a) * scale)
         scale *= b.sum() / a.sum()
     return np.array(states).reshape(len(sos), 2)
+
+
+def lfiltic(b: ArrayLike, a: ArrayLike, y: ArrayLike, x: ArrayLike | None = None,
+            axis: int = -1):
+    """The `lfilter` state that past outputs and inputs leave, as ``scipy.signal.lfiltic``.
+
+    Parameters
+    ----------
+    b, a : array_like
+        Numerator and denominator coefficients (1-D; ``a[0]`` non-zero);
+        constants, not differentiated.
+    y : array_like
+        Past outputs, most recent first along `axis`: ``y[-1], y[-2], ...``.
+        Only the first ``len(a) - 1`` are used; missing ones are zeros.
+    x : array_like, optional
+        Past inputs, most recent first: ``x[-1], x[-2], ...``. Only the first
+        ``len(b) - 1`` are used; missing ones (all by default) are zeros.
+    axis : int, default -1
+        The axis of `y` and `x` that holds the past samples. Their other
+        dimensions broadcast together. For 1-D `y` and `x` this is SciPy's
+        function; with more dimensions it gives one state per channel.
+
+    Returns
+    -------
+    zi : ndarray
+        The initial state for ``lfilter(b, a, ..., axis=axis, zi=zi)``: the
+        broadcast shape of `y` and `x` with `axis` of length
+        ``max(len(a), len(b)) - 1``, in `y`'s library (differentiable with
+        respect to `y` and `x`). It is complex if anything given is, and in
+        single precision only if `y` and `x` both are.
+
+    Examples
+    --------
+    >>> from cuscan.signal import lfilter, lfiltic
+    >>> b, a = [1.0, 1.0], [1.0, -0.5]
+    >>> lfilter(b, a, [1.0, 2.0, 3.0, 4.0])
+    array([ 1.   ,  3.5  ,  6.75 , 10.375])
+    >>> zi = lfiltic(b, a, y=[3.5, 1.0], x=[2.0, 1.0])  # after the first two samples
+    >>> lfilter(b, a, [3.0, 4.0], zi=zi)[0]
+    array([ 6.75 , 10.375])
+    """
+    b, a = _normalized(b, a)
+    check_given({"y": y, "x": x}, optional=("x",))
+    ns = namespace({"y": y, "x": x})
+    past = {"y": _inexact(ns, y, "y")}
+    if x is not None:
+        past["x"] = _inexact(ns, x, "x", like=past["y"])
+    past = {name: v if v.ndim else ns.expand_dims(v, 0) for name, v in past.items()}
+    ndim = past["y"].ndim
+    if any(v.ndim != ndim for v in past.values()):
+        raise ValueError(f"`y` and `x` must have the same number of dimensions; got shapes "
+                         f"{tuple(past['y'].shape)} and {tuple(past['x'].shape)}")
+    axis = time_axis(axis, tuple(past["y"].shape))
+    complex_ = np.iscomplexobj(b) or np.iscomplexobj(a) or any(
+        ns.kind(v) == "c" for v in past.values())
+    work = np.dtype(np.complex128 if complex_ else np.float64)
+    single = all(_single(ns, v) for v in past.values())
+    out = np.dtype((np.complex64 if complex_ else np.float32) if single else work)
+    past = {name: ns.cast(v, work) for name, v in past.items()}
+    channels = np.broadcast_shapes(*(
+        (*v.shape[:axis], 1, *v.shape[axis + 1:]) for v in past.values()))
+    # zi[m] = sum_j b[m+1+j] x[-1-j] - sum_j a[m+1+j] y[-1-j], the part of later
+    # outputs that the past contributes (transposed direct form II).
+    taps = {"x": b, "y": -a}
+    states = []
+    for m in range(max(a.size, b.size) - 1):
+        terms = [v[_along(v, axis, slice(j, j + 1))] * taps[name][m + 1 + j].item()
+                 for name, v in past.items()
+                 for j in range(min(taps[name].size - 1 - m, v.shape[axis]))]
+        state = sum(terms[1:], terms[0]) if terms else ns.cast(
+            ns.asarray(np.zeros(channels), like=past["y"]), work)
+        states.append(ns.broadcast_to(state, channels))
+    if not states:  # a pure gain has no state
+        shape = (*channels[:axis], 0, *channels[axis + 1:])
+        return ns.cast(ns.asarray(np.zeros(shape), like=past["y"]), out)
+    return ns.cast(ns.concat(states, axis), out)
 
 
 def _padded(ns, x, axis: int, padtype, padlen, taps: int):
