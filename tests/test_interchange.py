@@ -73,6 +73,9 @@ def test_signal_filters_through_dlpack():
                                rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(signal.filtfilt(*ss.butter(2, 0.2), Exported(x)),
                                ss.filtfilt(*ss.butter(2, 0.2), x), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(signal.filtfilt(*ss.butter(2, 0.2), Exported(x), method="gust"),
+                               ss.filtfilt(*ss.butter(2, 0.2), x, method="gust"), rtol=1e-10,
+                               atol=1e-12)
     past = x[0, :5]
     np.testing.assert_allclose(signal.lfiltic(*ss.butter(2, 0.2), Exported(past), Exported(past)),
                                ss.lfiltic(*ss.butter(2, 0.2), past, past), rtol=1e-13)

@@ -383,6 +383,85 @@ def test_filtfilt_matches_scipy(backend, b, a, padtype, padlen):
     np.testing.assert_allclose(result, expected, rtol=1e-10, atol=1e-12)
 
 
+def gustafsson(b, a, x):
+    """Gustafsson's method from its definition, with explicit matrices, for a 1-D ``x``:
+    the states ``s = (s0, s1)`` of the forward and backward passes minimise the distance
+    between forward-backward and backward-forward filtering started from them."""
+    n, order = x.size, max(len(a), len(b)) - 1
+    forward = ss.lfilter(b, a, np.eye(n), axis=0)
+    states = np.array([ss.lfilter(b, a, np.zeros(n), zi=np.eye(order)[k])[0]
+                       for k in range(order)]).reshape(order, n).T  # each unit state's output
+    flip = np.eye(n)[::-1]
+    backward = flip @ forward @ flip
+    fb_effect = np.hstack([backward @ states, flip @ states])
+    bf_effect = np.hstack([states, forward @ flip @ states])
+    fb, bf = backward @ forward @ x, forward @ backward @ x
+    s = np.linalg.lstsq(fb_effect - bf_effect, bf - fb, rcond=None)[0]
+    return fb + fb_effect @ s
+
+
+GUST_FILTERS = [
+    ([0.2, 0.3, 0.1], [1.0, -0.9, 0.2]),        # real poles
+    ([1.0, 0.5], [2.0, -1.0, 0.8]),             # a conjugate pair, a[0] != 1
+    ([0.25, 0.25, 0.25, 0.25], [1.0]),          # FIR
+    ([3.0], [2.0]),                             # a pure gain
+    ([1.0, 2.0, 3.0, 4.0], [1.0, -0.5]),        # b longer than a
+    ss.cheby1(4, 1, 0.05),                      # slow decay: the fit spans the signal
+]
+
+
+def test_filtfilt_gust_long_signal(backend):
+    """On a signal much longer than the filter's response, the states are fitted to its
+    ends only, with the result of SciPy's fit to the whole signal."""
+    x = np.random.default_rng(26).standard_normal((2, 50_000))
+    for b, a in (ss.butter(2, 0.01), ss.cheby1(2, 1, 0.002)):
+        expected = ss.filtfilt(b, a, x, method="gust")
+        result = backend.to_numpy(signal.filtfilt(b, a, backend.asarray(x), method="gust"))
+        assert relative_error(result, expected) <= 1e-9
+
+
+@pytest.mark.parametrize(("b", "a"), GUST_FILTERS)
+def test_filtfilt_gust_matches_scipy(backend, b, a):
+    """Lengths from 1 (fewer samples than states) up, with the whole signal fitted and
+    with the impulse response cut at irlen (fitted at both ends, or whole when short)."""
+    rng = np.random.default_rng(24)
+    for length, irlen in [(1, None), (2, None), (7, None), (257, None), (257, 1), (257, 20),
+                          (257, 128), (257, 129), (1000, 300)]:
+        for dtype in (np.float64, np.float32):
+            x = rng.standard_normal((2, length)).astype(dtype)
+            expected = ss.filtfilt(b, a, x.astype(np.float64), method="gust", irlen=irlen)
+            result = backend.to_numpy(signal.filtfilt(b, a, backend.asarray(x), method="gust",
+                                                      irlen=irlen))
+            assert result.dtype == dtype
+            # few samples can be filtered to (almost) nothing: relative to the larger scale
+            scale = max(np.sqrt(np.mean(x.astype(np.float64) ** 2)), np.max(np.abs(expected)))
+            error = np.max(np.abs(result - expected)) / scale
+            assert error <= (1e-9 if dtype == np.float64 else 1e-6), (length, irlen, dtype)
+    for length in (1, 3, 30):  # against the definition
+        x = rng.standard_normal(length)
+        result = signal.filtfilt(b, a, backend.asarray(x), method="gust")
+        np.testing.assert_allclose(backend.to_numpy(result), gustafsson(b, a, x), rtol=0,
+                                   atol=1e-9 * np.sqrt(np.mean(x ** 2)))
+
+
+def test_filtfilt_gust_complex(backend):
+    """Complex filters (whose states SciPy's implementation truncates to real, warning) and
+    complex signals, on every axis, against the definition."""
+    rng = np.random.default_rng(25)
+    for b, a in (([0.3 + 0.1j, 0.2], [1.0, -0.5j]), ss.butter(3, 0.3)):
+        x = rng.standard_normal((5, 3, 23)) + 1j * rng.standard_normal((5, 3, 23))
+        expected = np.apply_along_axis(lambda v, b=b, a=a: gustafsson(b, a, v), -1, x)
+        for axis in (0, 1, 2):
+            moved = np.moveaxis(x, -1, axis)
+            result = backend.to_numpy(signal.filtfilt(b, a, backend.asarray(moved), axis=axis,
+                                                      method="gust"))
+            assert result.dtype == np.complex128
+            np.testing.assert_allclose(np.moveaxis(result, axis, -1), expected, rtol=1e-9,
+                                       atol=1e-12)
+    empty = signal.filtfilt(b, a, backend.asarray(np.zeros((2, 0))), method="gust")
+    assert backend.to_numpy(empty).shape == (2, 0)
+
+
 @pytest.mark.parametrize("axis", [0, 1, 2, -1])
 def test_zero_phase_any_axis_and_complex(backend, axis):
     rng = np.random.default_rng(14)
@@ -420,8 +499,13 @@ def test_zero_phase_errors(backend):
         signal.sosfiltfilt(sos, x, padlen=-1)
     with pytest.raises(TypeError, match="`padlen` must be an integer or None; got float"):
         signal.filtfilt([1.0], [1.0, -0.5], x, padlen=2.0)
-    with pytest.raises(ValueError, match=r"'gust', is not implemented\); got 'gust'"):
-        signal.filtfilt([1.0], [1.0, -0.5], x, method="gust")
+    with pytest.raises(ValueError, match=r"`method` must be 'pad' or 'gust'; got 'Gust'"):
+        signal.filtfilt([1.0], [1.0, -0.5], x, method="Gust")
+    for irlen, error, got in ((0, ValueError, "positive; got 0"), (-3, ValueError, "positive"),
+                              (2.0, TypeError, "an integer or None; got float"),
+                              (True, TypeError, "an integer or None; got bool")):
+        with pytest.raises(error, match=f"`irlen` must be {got}"):
+            signal.filtfilt([1.0], [1.0, -0.5], x, method="gust", irlen=irlen)
     np.testing.assert_allclose(backend.to_numpy(signal.sosfiltfilt(sos, x, padlen=14)), 1.0)
 
 
@@ -601,6 +685,19 @@ def test_framework_zero_phase(framework):
             step[at] = 1.0
             exact[at] = np.sum(ss.sosfiltfilt(sos, step, padtype=padtype) * weights)
         np.testing.assert_allclose(grad, exact, rtol=1e-9, atol=1e-12)
+    for irlen in (None, 8):  # Gustafsson's method, fitted to the whole signal or its ends
+        y = signal.filtfilt(b, a, framework.tensor(x), method="gust", irlen=irlen)
+        assert framework.is_native(y)
+        expected = ss.filtfilt(b, a, x, method="gust", irlen=irlen)
+        assert relative_error(framework.array(y), expected) < 1e-10
+        [grad] = framework.grad(lambda x, irlen=irlen: framework.total(signal.filtfilt(
+            b, a, x, method="gust", irlen=irlen) * framework.tensor(weights)), x)
+        exact = np.zeros_like(x)
+        for at in np.ndindex(x.shape):
+            step = np.zeros_like(x)
+            step[at] = 1.0
+            exact[at] = np.sum(ss.filtfilt(b, a, step, method="gust", irlen=irlen) * weights)
+        np.testing.assert_allclose(grad, exact, rtol=1e-9, atol=1e-12)
 
 
 def test_framework_lfiltic(framework):
@@ -637,6 +734,9 @@ def test_jax_vmap_over_signals_and_alphas():
         y = jax.jit(jax.vmap(lambda v: signal.sosfiltfilt(sos, v)))(x)
         np.testing.assert_allclose(np.asarray(y), ss.sosfiltfilt(sos, x), rtol=1e-10,
                                    atol=1e-12)
+        y = jax.jit(jax.vmap(lambda v: signal.filtfilt(*ss.butter(2, 0.1), v, method="gust")))(x)
+        np.testing.assert_allclose(np.asarray(y), ss.filtfilt(*ss.butter(2, 0.1), x, method="gust"),
+                                   rtol=1e-10, atol=1e-12)
         for adjust in (False, True):
             y = jax.jit(jax.vmap(lambda v, a, adjust=adjust: signal.ema(v, a, adjust=adjust)))(
                 x, alphas)

@@ -75,6 +75,12 @@ class _Arrays:
     def flip(self, x, axis: int):
         return self.xp.flip(x, axis)
 
+    def apply_along(self, matrix: np.ndarray, x, axis: int):
+        """``matrix @ x`` along ``axis``, whose length becomes ``matrix.shape[0]``
+        (``matrix`` in ``x``'s dtype)."""
+        product = self.xp.tensordot(x, self.asarray(matrix, like=x), axes=([axis], [1]))
+        return self.xp.moveaxis(product, -1, axis)
+
     def concrete(self, x) -> bool:
         """Whether ``x`` has values to check (not a symbol being traced or compiled)."""
         return True
@@ -133,6 +139,10 @@ class _Torch(_Arrays):
 
     def flip(self, x, axis: int):
         return x.flip(axis)
+
+    def apply_along(self, matrix: np.ndarray, x, axis: int):
+        product = self.torch.tensordot(x, self.asarray(matrix, like=x), dims=([axis], [1]))
+        return product.movedim(-1, axis)
 
     def concrete(self, x) -> bool:
         if self.torch.compiler.is_compiling():
@@ -225,6 +235,11 @@ class _TensorFlow(_Arrays):
 
     def flip(self, x, axis: int):
         return self.tf.reverse(x, [axis])
+
+    def apply_along(self, matrix: np.ndarray, x, axis: int):
+        product = self.tf.tensordot(x, self.asarray(matrix), axes=[[axis], [1]])
+        order = list(range(x.ndim - 1))
+        return self.tf.transpose(product, [*order[:axis], x.ndim - 1, *order[axis:]])
 
     def concrete(self, x) -> bool:
         return self.tf.executing_eagerly()

@@ -9,7 +9,7 @@ import numpy as np
 
 from cuscan import _backend
 from cuscan._api import check_given, linear_recurrence, time_axis
-from cuscan.signal._arrays import namespace
+from cuscan.signal._arrays import _Arrays, namespace
 
 ArrayLike = Any
 
@@ -562,7 +562,7 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False):
 
 
 def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
-             padlen: int | None = None, method: str = "pad"):
+             padlen: int | None = None, method: str = "pad", irlen: int | None = None):
     """Filter `x` forward and backward (zero phase), as ``scipy.signal.filtfilt``.
 
     Parameters
@@ -576,13 +576,27 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     axis : int, default -1
         The time axis.
     padtype : {'odd', 'even', 'constant', None}, default 'odd'
-        How `x` is extended at both ends before filtering, as in SciPy: its
-        point reflection, its mirror image, its end values, or not at all.
+        With ``method='pad'``, how `x` is extended at both ends before
+        filtering, as in SciPy: its point reflection, its mirror image, its
+        end values, or not at all.
     padlen : int, optional
-        The length of each extension; by default ``3 * max(len(a), len(b))``.
-        `x` must be longer than it.
-    method : {'pad'}, default 'pad'
-        SciPy's default method; Gustafsson's (``'gust'``) is not implemented.
+        With ``method='pad'``, the length of each extension; by default
+        ``3 * max(len(a), len(b))``. `x` must be longer than it.
+    method : {'pad', 'gust'}, default 'pad'
+        How the ends are handled: padding, or Gustafsson's method, which
+        chooses the initial states of both passes so that filtering forward
+        then backward gives what filtering backward then forward does (in the
+        least-squares sense), without padding.
+    irlen : int, optional
+        With ``method='gust'``, the length after which the filter's impulse
+        response is taken as zero: the initial states are then fitted to the
+        first and last `irlen` samples only (to the whole signal if it is at
+        most ``2 * irlen`` long). By default, the length after which the
+        response stays below double precision's rounding of its peak, which
+        gives SciPy's fit to the whole signal to rounding; a filter whose
+        response does not decay (a pole on or outside the unit circle) is
+        fitted to the whole signal, at a cost in memory and time of the
+        signal's length times twice the filter's order, as in SciPy.
 
     Returns
     -------
@@ -591,24 +605,35 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
 
     Notes
     -----
-    Both passes start from the filter's steady state for the end value they
-    start at (`lfilter_zi`), and run as in `lfilter`, in double precision,
-    with single-precision signals rounded once at the end. Use `sosfiltfilt`
-    for filters of order above about 4.
+    With padding, both passes start from the filter's steady state for the
+    end value they start at (`lfilter_zi`). With Gustafsson's method, the
+    four passes (forward-backward and backward-forward, from zero states)
+    run over the signal; the least-squares fit depends on the filter and the
+    signal's length only, so it is computed once per call on the host and
+    applied to every channel as a matrix product. Both run as in `lfilter`,
+    in double precision, with single-precision signals rounded once at the
+    end. Use `sosfiltfilt` for filters of order above about 4.
 
     Examples
     --------
     >>> from cuscan.signal import filtfilt
     >>> filtfilt([0.5], [1.0, -0.5], [1.0, 1.0, 1.0, 1.0, 1.0], padlen=2)
     array([1., 1., 1., 1., 1.])
+    >>> filtfilt([0.5], [1.0, -0.5], [1.0, 1.0, 1.0, 1.0, 1.0], method="gust")
+    array([1., 1., 1., 1., 1.])
     """
-    if method != "pad":
-        raise ValueError(f"`method` must be 'pad' (Gustafsson's method, 'gust', is not "
-                         f"implemented); got {method!r}")
+    if method not in ("pad", "gust"):
+        raise ValueError(f"`method` must be 'pad' or 'gust'; got {method!r}")
+    if irlen is not None and (isinstance(irlen, bool) or not isinstance(irlen, numbers.Integral)):
+        raise TypeError(f"`irlen` must be an integer or None; got {type(irlen).__name__}")
+    if irlen is not None and irlen < 1:
+        raise ValueError(f"`irlen` must be positive; got {irlen}")
     b, a = _normalized(b, a)
     ns, x = _signal(x)
     axis = time_axis(axis, tuple(x.shape))
     work, out = _dtypes(ns, x, b, a)
+    if method == "gust":
+        return ns.cast(_gustafsson(b, a, ns, ns.cast(x, work), axis, irlen), out)
 
     def run(x, zi):
         return _filter(b, a, ns, x, axis, zi)
@@ -616,6 +641,97 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     y = _forward_backward(run, lfilter_zi(b, a), ns, x, axis, padtype, padlen,
                           max(a.size, b.size), work)
     return ns.cast(y, out)
+
+
+def _gustafsson(b: np.ndarray, a: np.ndarray, ns, x, axis: int, irlen: int | None):
+    """Zero-phase filtering with the initial states of F. Gustafsson, "Determining the
+    initial states in forward-backward filtering", IEEE Trans. Signal Processing 44(4),
+    1996, fitted over ``irlen`` samples at each end (all of them if None)."""
+    order = max(a.size, b.size) - 1
+    if order == 0:  # a pure gain, applied twice
+        return x * (b[0] * b[0]).item()
+
+    def forward(v):
+        return _filter(b, a, ns, v, axis, None)[0]
+
+    def backward(v):
+        return ns.flip(forward(ns.flip(v, axis)), axis)
+
+    length = x.shape[axis]
+    if irlen is None:  # where the response to a state has decayed to rounding, if it does
+        irlen = _response_length(b, a, length)
+    span = length if length <= 2 * irlen else int(irlen)
+    fit, effect = _gustafsson_operators(b, a, span, whole=span == length)
+    y = backward(forward(x))  # from zero states
+    mismatch = forward(backward(x)) - y
+    if span == length:
+        return y + ns.apply_along(effect, ns.apply_along(fit, mismatch, axis), axis)
+    head, tail = _along(y, axis, slice(0, span)), _along(y, axis, slice(length - span, length))
+    states = ns.apply_along(fit, ns.concat([mismatch[head], mismatch[tail]], axis), axis)
+    correction = ns.apply_along(effect, states, axis)
+    y = ns.add_into(y, head, correction[_along(correction, axis, slice(0, span))])
+    return ns.add_into(y, tail, correction[_along(correction, axis, slice(span, 2 * span))])
+
+
+def _state_response(b: np.ndarray, a: np.ndarray, length: int) -> np.ndarray:
+    """The filter's output from the unit first state and no input: ``1 / a``'s impulse
+    response (the first state enters the output as an impulse at the first sample)."""
+    impulse = np.zeros(length, np.result_type(b, a, np.float64))
+    impulse[:1] = 1
+    return _filter(np.ones(1), a, _Arrays(np), impulse, 0, None)[0]
+
+
+def _response_length(b: np.ndarray, a: np.ndarray, length: int) -> int:
+    """How long the filter's output from any initial state stays above double precision's
+    rounding of its peak: at most ``length``, reached if the response does not decay
+    (poles on or outside the unit circle) or decays slowly."""
+    order = max(a.size, b.size) - 1
+    window = min(length, 1024)
+    while window:
+        response = np.abs(_state_response(b, a, window))
+        above = np.flatnonzero(response > np.finfo(np.float64).eps * response.max())
+        last = int(above[-1]) + 1 if above.size else 0
+        # seen decayed for as long again as it took: the rest is taken as below too
+        if 2 * last <= window or window == length:
+            return min(length, last + order)  # the last state enters `order` samples later
+        window = min(2 * window, length)
+    return 0
+
+
+def _gustafsson_operators(b: np.ndarray, a: np.ndarray, span: int, whole: bool):
+    """The least-squares fit of the two initial states and their effect on the output.
+
+    With ``O`` the output of the filter from each unit initial state (zero
+    input; ``span`` samples, one column per state), ``R`` time reversal and
+    ``S = F R O`` those outputs reversed and filtered again, forward-backward
+    filtering from states ``(s0, s1)`` adds ``[R S, R O] (s0; s1)`` to its
+    zero-state output and backward-forward filtering adds ``[O, S]``: Gustafsson's
+    states make the two agree, ``[R S - O, R O - S] (s0; s1) = bf - fb`` in the
+    least-squares sense. Returns the pseudo-inverse of that matrix (``fit``,
+    ``(2 order, rows)``) and ``[R S, R O]`` (``effect``, ``(rows, 2 order)``), where the
+    rows are the whole signal (``whole``), or its first and last ``span`` samples,
+    the states of each end reaching only that end.
+    """
+    order = max(a.size, b.size) - 1
+    response = _state_response(b, a, span)
+    dtype = response.dtype
+    unit = np.zeros((span, order), dtype)  # the k-th state's output is the first's, k later
+    for k in range(order):
+        unit[k:, k] = response[:span - k]
+    again = _filter(b, a, _Arrays(np), np.ascontiguousarray(unit[::-1].T), 1, None)[0].T
+    if whole:
+        mismatch = np.hstack([again[::-1] - unit, unit[::-1] - again])
+        effect = np.hstack([again[::-1], unit[::-1]])
+    else:
+        mismatch = np.zeros((2 * span, 2 * order), dtype)
+        effect = np.zeros((2 * span, 2 * order), dtype)
+        mismatch[:span, :order], mismatch[span:, order:] = again[::-1] - unit, unit[::-1] - again
+        effect[:span, :order], effect[span:, order:] = again[::-1], unit[::-1]
+    # Singular values below machine epsilon relative to the largest count as zero, as in
+    # LAPACK's least-squares solver by default.
+    fit = np.linalg.pinv(mismatch, rcond=np.finfo(np.float64).eps) if mismatch.size else (
+        np.zeros(mismatch.shape[::-1], dtype))
+    return fit, effect
 
 
 def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
