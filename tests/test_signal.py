@@ -102,6 +102,20 @@ def test_lfilter_matches_scipy(backend, b, a, axis):
         np.testing.assert_allclose(backend.to_numpy(zf), expected_zf, rtol=1e-9, atol=1e-10)
 
 
+def test_conjugate_pairs_near_the_real_axis(backend):
+    """Pairs p, conj(p) with Im(p) from 1e-3 down to the rounding of a double pole: each
+    runs as one complex recurrence, with no cancellation as Im(p) -> 0."""
+    x = np.random.default_rng(27).standard_normal((2, 3000))
+    for radius in (0.5, 0.99, 0.999):
+        for offset in (1e-3, 1e-5, 1e-7, 1e-9):
+            a = np.poly([radius + 1j * offset, radius - 1j * offset]).real
+            poles = np.roots(a)
+            expected = ss.lfilter([1.0, 0.5], a, x)
+            result = backend.to_numpy(signal.lfilter([1.0, 0.5], a, backend.asarray(x)))
+            # the recurrences' own rounding grows as 1 / (1 - radius)
+            assert relative_error(result, expected) <= 1e-12 / (1 - radius), (radius, poles)
+
+
 @pytest.mark.parametrize(("b", "a"), [([0.2, 0.3], [1.0, -0.9, 0.2]), ([1.0, 2.0], [3.0, -1.0]),
                                       ([0.5, 0.5, 0.5], [1.0, 0.3])])
 def test_lfilter_zi_matches_scipy(b, a):

@@ -60,6 +60,9 @@ class _Arrays:
     def real(self, x):
         return self.xp.ascontiguousarray(x.real)
 
+    def imag(self, x):
+        return x.imag
+
     def concat(self, arrays, axis: int):
         return self.xp.concatenate(arrays, axis=axis)
 
@@ -125,6 +128,9 @@ class _Torch(_Arrays):
     def real(self, x):
         return x.real
 
+    def imag(self, x):
+        return x.imag
+
     def concat(self, arrays, axis: int):
         return self.torch.cat(arrays, dim=axis)
 
@@ -176,6 +182,9 @@ class _Jax(_Arrays):
     def real(self, x):
         return self.xp.real(x)
 
+    def imag(self, x):
+        return self.xp.imag(x)
+
     def concrete(self, x) -> bool:
         return not isinstance(x, self.jax.core.Tracer)
 
@@ -220,6 +229,9 @@ class _TensorFlow(_Arrays):
 
     def real(self, x):
         return self.tf.math.real(x)
+
+    def imag(self, x):
+        return self.tf.math.imag(x)
 
     def concat(self, arrays, axis: int):
         return self.tf.concat(arrays, axis)
