@@ -2,9 +2,11 @@
 
 Times both methods on (T, width) float64 arrays over a grid and prints the
 parallel/serial time ratio; cuscan._numpy_backend's "auto" rule is drawn from
-it. Writes results/numpy_methods.json.
+it. Then times the parallel method's two layouts (contiguous copies, or
+strided views of the arrays) over widths, for float64 and complex128, which
+sets its _MAX_STRIDED_ROW. Writes results/numpy_methods.json.
 
-    python benchmarks/numpy_methods.py
+    python -m benchmarks.numpy_methods
 """
 
 from __future__ import annotations
@@ -13,9 +15,42 @@ import numpy as np
 
 import cuscan
 from benchmarks._common import best_time, environment, write
+from cuscan import _numpy_backend
 
 LENGTHS = [16, 32, 64, 128, 1024, 8192, 65536]
 WIDTHS = [1, 16, 64, 256, 512, 1024, 2048, 8192]
+LAYOUT_SHAPES = [(1024, 1), (65536, 1), (2**22, 1), (1024, 4), (65536, 4), (1024, 16),
+                 (65536, 16), (2**20, 16), (1024, 32), (65536, 32), (1024, 64), (65536, 64),
+                 (8192, 256), (65536, 256), (4096, 1024)]
+
+
+def layouts(rng) -> list[dict]:
+    """Parallel-method time with contiguous copies over time with strided views."""
+    rows = []
+    print("\ncontiguous copies / strided views, parallel method; < 1 means copies are faster;"
+          " * marks the rule's choice of copies")
+    print(f"{'T':>8} {'width':>6} {'float64':>8} {'complex128':>10}")
+    saved = _numpy_backend._MAX_STRIDED_ROW
+    try:
+        for length, width in LAYOUT_SHAPES:
+            cells = []
+            for dtype in (np.float64, np.complex128):
+                x = rng.standard_normal((length, width)).astype(dtype)
+                a = rng.uniform(0, 1, (length, width)).astype(dtype)
+                times = {}
+                for layout, limit in (("copies", np.inf), ("views", -1)):
+                    _numpy_backend._MAX_STRIDED_ROW = limit
+                    times[layout] = best_time(
+                        lambda a=a, x=x: cuscan.linear_recurrence(a, x, method="parallel"), 5)
+                ratio = times["copies"] / times["views"]
+                chosen = width * np.dtype(dtype).itemsize <= saved
+                rows.append({"length": length, "width": width, "dtype": np.dtype(dtype).name,
+                             "copies_s": times["copies"], "views_s": times["views"]})
+                cells.append(f"{ratio:.2f}{'*' if chosen else ' '}")
+            print(f"{length:>8} {width:>6} {cells[0]:>8} {cells[1]:>10}")
+    finally:
+        _numpy_backend._MAX_STRIDED_ROW = saved
+    return rows
 
 
 def main() -> None:
@@ -40,7 +75,9 @@ def main() -> None:
                                                                times.items()}})
             cells.append(f"{ratio:6.2f}{'*' if auto_parallel else ' '}")
         print(f"{length:>7} " + " ".join(cells))
-    path = write("numpy_methods", {"environment": environment(), "rows": rows})
+    layout_rows = layouts(rng)
+    path = write("numpy_methods", {"environment": environment(), "rows": rows,
+                                   "layouts": layout_rows})
     print(f"wrote {path}")
 
 

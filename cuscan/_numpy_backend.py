@@ -21,6 +21,9 @@ xp = np
 # the serial loop's fewer passes over memory win.
 _MAX_PARALLEL_WIDTH = 1024
 _MIN_PARALLEL_LENGTH = 48
+# The chunked scan works on contiguous copies when a time step holds at most
+# this many bytes (measured by benchmarks/numpy_methods.py).
+_MAX_STRIDED_ROW = 256
 
 
 # Overflow, underflow and NaN are data here, handled as the serial recurrence
@@ -130,23 +133,36 @@ def _parallel(a, x, h0, out) -> None:
     count = length // chunk
     body = count * chunk
     shape = (count, chunk, *a.shape[1:])
-    ac, xc, oc = (v[:body].reshape(shape, copy=False) for v in (a, x, out))
+    # Views with position-in-chunk first: step j below touches position j of
+    # every chunk.
+    ac, xc, oc = (np.swapaxes(v[:body].reshape(shape, copy=False), 0, 1) for v in (a, x, out))
+    compact = math.prod(out.shape[1:]) * out.itemsize <= _MAX_STRIDED_ROW
+    if compact:
+        # Narrow rows make those steps strided, elements far apart: on
+        # contiguous copies they run about twice as fast, which more than pays
+        # for the copies. (Decays broadcast along time, stride 0, stay views.)
+        if ac.strides[0] != 0:
+            ac = np.ascontiguousarray(ac)
+        xc = np.ascontiguousarray(xc)
+    target = xc if compact else oc  # the copy is overwritten with the outputs
 
     reduced = np.zeros((count, *out.shape[1:]), out.dtype)
     for j in range(chunk):
-        np.multiply(ac[:, j], reduced, out=reduced)
-        np.add(reduced, xc[:, j], out=reduced)
-    products = np.multiply.reduce(ac, axis=1)
+        np.multiply(ac[j], reduced, out=reduced)
+        np.add(reduced, xc[j], out=reduced)
+    products = np.multiply.reduce(ac, axis=0)
 
     carries = np.empty((count + 1, *out.shape[1:]), out.dtype)
     carries[0] = h0
     scan(products, reduced, h0, carries[1:], "auto")
 
-    h = carries[:-1]
+    h, step = carries[:-1], np.empty_like(reduced)
     for j in range(chunk):
-        np.multiply(ac[:, j], h, out=oc[:, j])
-        np.add(oc[:, j], xc[:, j], out=oc[:, j])
-        h = oc[:, j]
+        np.multiply(ac[j], h, out=step)
+        np.add(xc[j], step, out=target[j])
+        h = target[j]
+    if compact:
+        oc[...] = xc
     _serial(a[body:], x[body:], carries[-1], out[body:])
 
     finite = np.isfinite(products).all(axis=0)

@@ -7,7 +7,7 @@ import pytest
 
 import cuscan
 from tests import reference
-from tests.conftest import DTYPES, assert_close, dtype_of
+from tests.conftest import DTYPES, Backend, assert_close, dtype_of
 
 METHODS = ["serial", "parallel", "auto"]
 # Awkward lengths: tiny, primes, powers of two and their neighbours, chunk edges.
@@ -247,3 +247,26 @@ def test_promotion_follows_numpy(backend):
     # NumPy scalars are strong, as in NumPy 2.
     assert cuscan.linear_recurrence(np.float64(0.5), f32).dtype == np.float64
     assert cuscan.linear_recurrence(np.float16(0.5), f32).dtype == np.float32
+
+
+@pytest.mark.parametrize("layout", ["copies", "views"])
+def test_numpy_parallel_layouts(monkeypatch, layout):
+    """The NumPy backend's chunked scan runs on contiguous copies for narrow time steps and
+    on strided views for wide ones: both give the reference's results, for full and
+    time-invariant decays, non-finite values, complex data and non-contiguous outputs."""
+    from cuscan import _numpy_backend
+
+    monkeypatch.setattr(_numpy_backend, "_MAX_STRIDED_ROW", np.inf if layout == "copies" else -1)
+    numpy = Backend("numpy")
+    rng = np.random.default_rng(31)
+    for length, width in ((5, 3), (1025, 1), (4099, 40), (65537, 2)):
+        for dtype in ("float32", "float64", "complex128"):
+            decays = make(rng, (length, width), dtype)
+            impulses = make(rng, (length, width), dtype, low=-1.0)
+            state = make(rng, (width,), dtype, low=-1.0)
+            check(numpy, decays, impulses, state, method="parallel")
+            check(numpy, decays[:1], impulses, method="parallel")  # broadcast along time
+            check(numpy, decays.T, impulses.T, axis=1, reverse=True, method="parallel")
+    decays, impulses = make(rng, (3000, 40), low=0.5), make(rng, (3000, 40), low=-1.0)
+    impulses[1234, 0], decays[1500, 1], impulses[700, 2] = np.nan, np.nan, np.inf
+    check(numpy, decays, impulses, method="parallel")
