@@ -23,7 +23,7 @@ _MAX_PARALLEL_WIDTH = 1024
 _MIN_PARALLEL_LENGTH = 48
 # The chunked scan works on contiguous copies when a time step holds at most
 # this many bytes (measured by benchmarks/numpy_methods.py).
-_MAX_STRIDED_ROW = 256
+_MAX_STRIDED_ROW = 128
 
 
 # Overflow, underflow and NaN are data here, handled as the serial recurrence
