@@ -58,7 +58,7 @@ class _Arrays:
         return w
 
     def real(self, x):
-        return self.xp.ascontiguousarray(x.real)
+        return x.real
 
     def imag(self, x):
         return x.imag
@@ -125,12 +125,6 @@ class _Torch(_Arrays):
     def cast(self, x, dtype: np.dtype):
         return x.to(self._dtypes[np.dtype(dtype)])
 
-    def real(self, x):
-        return x.real
-
-    def imag(self, x):
-        return x.imag
-
     def concat(self, arrays, axis: int):
         return self.torch.cat(arrays, dim=axis)
 
@@ -178,12 +172,6 @@ class _Jax(_Arrays):
 
     def add_into(self, w, key, value):
         return w.at[key].add(value)
-
-    def real(self, x):
-        return self.xp.real(x)
-
-    def imag(self, x):
-        return self.xp.imag(x)
 
     def concrete(self, x) -> bool:
         return not isinstance(x, self.jax.core.Tracer)

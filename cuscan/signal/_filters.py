@@ -419,18 +419,30 @@ def lfiltic(b: ArrayLike, a: ArrayLike, y: ArrayLike, x: ArrayLike | None = None
     # zi[m] = sum_j b[m+1+j] x[-1-j] - sum_j a[m+1+j] y[-1-j], the part of later
     # outputs that the past contributes (transposed direct form II).
     taps = {"x": b, "y": -a}
+
+    def zeros(shape):
+        return ns.cast(ns.asarray(np.zeros(shape), like=past["y"]), work)
+
     states = []
     for m in range(max(a.size, b.size) - 1):
         terms = [v[_along(v, axis, slice(j, j + 1))] * taps[name][m + 1 + j].item()
                  for name, v in past.items()
                  for j in range(min(taps[name].size - 1 - m, v.shape[axis]))]
-        state = sum(terms[1:], terms[0]) if terms else ns.cast(
-            ns.asarray(np.zeros(channels), like=past["y"]), work)
+        state = sum(terms[1:], terms[0]) if terms else zeros(channels)
         states.append(ns.broadcast_to(state, channels))
     if not states:  # a pure gain has no state
-        shape = (*channels[:axis], 0, *channels[axis + 1:])
-        return ns.cast(ns.asarray(np.zeros(shape), like=past["y"]), out)
+        return ns.cast(zeros((*channels[:axis], 0, *channels[axis + 1:])), out)
     return ns.cast(ns.concat(states, axis), out)
+
+
+def _length(name: str, value, minimum: int) -> int:
+    """A length argument given as an integer of at least ``minimum`` (0 or 1)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"`{name}` must be an integer or None; got {type(value).__name__}")
+    if value < minimum:
+        bound = "positive" if minimum else "non-negative"
+        raise ValueError(f"`{name}` must be {bound}; got {value}")
+    return int(value)
 
 
 def _padded(ns, x, axis: int, padtype, padlen, taps: int):
@@ -441,12 +453,8 @@ def _padded(ns, x, axis: int, padtype, padlen, taps: int):
         edge = 0
     elif padlen is None:
         edge = 3 * taps
-    elif isinstance(padlen, bool) or not isinstance(padlen, numbers.Integral):
-        raise TypeError(f"`padlen` must be an integer or None; got {type(padlen).__name__}")
-    elif padlen < 0:
-        raise ValueError(f"`padlen` must be non-negative; got {padlen}")
     else:
-        edge = int(padlen)
+        edge = _length("padlen", padlen, minimum=0)
     length = x.shape[axis]
     if length == 0:
         raise ValueError(f"`x` must have at least one sample along axis {axis}; got none")
@@ -636,10 +644,8 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     """
     if method not in ("pad", "gust"):
         raise ValueError(f"`method` must be 'pad' or 'gust'; got {method!r}")
-    if irlen is not None and (isinstance(irlen, bool) or not isinstance(irlen, numbers.Integral)):
-        raise TypeError(f"`irlen` must be an integer or None; got {type(irlen).__name__}")
-    if irlen is not None and irlen < 1:
-        raise ValueError(f"`irlen` must be positive; got {irlen}")
+    if irlen is not None:
+        irlen = _length("irlen", irlen, minimum=1)
     b, a = _normalized(b, a)
     ns, x = _signal(x)
     axis = time_axis(axis, tuple(x.shape))
@@ -672,7 +678,7 @@ def _gustafsson(b: np.ndarray, a: np.ndarray, ns, x, axis: int, irlen: int | Non
     length = x.shape[axis]
     if irlen is None:  # where the response to a state has decayed to rounding, if it does
         irlen = _response_length(b, a, length)
-    span = length if length <= 2 * irlen else int(irlen)
+    span = length if length <= 2 * irlen else irlen
     fit, effect = _gustafsson_operators(b, a, span, whole=span == length)
     y = backward(forward(x))  # from zero states
     mismatch = forward(backward(x)) - y
@@ -731,19 +737,20 @@ def _gustafsson_operators(b: np.ndarray, a: np.ndarray, span: int, whole: bool):
     for k in range(order):
         unit[k:, k] = response[:span - k]
     again = _filter(b, a, _Arrays(np), np.ascontiguousarray(unit[::-1].T), 1, None)[0].T
-    if whole:
-        mismatch = np.hstack([again[::-1] - unit, unit[::-1] - again])
-        effect = np.hstack([again[::-1], unit[::-1]])
-    else:
-        mismatch = np.zeros((2 * span, 2 * order), dtype)
-        effect = np.zeros((2 * span, 2 * order), dtype)
-        mismatch[:span, :order], mismatch[span:, order:] = again[::-1] - unit, unit[::-1] - again
-        effect[:span, :order], effect[span:, order:] = again[::-1], unit[::-1]
+
+    def columns(first, second):
+        """The two states' columns: over the whole signal, or each at its own end."""
+        if whole:
+            return np.hstack([first, second])
+        both = np.zeros((2 * span, 2 * order), dtype)
+        both[:span, :order], both[span:, order:] = first, second
+        return both
+
+    effect = columns(again[::-1], unit[::-1])  # on forward-backward filtering
+    mismatch = effect - columns(unit, again)  # less that on backward-forward filtering
     # Singular values below machine epsilon relative to the largest count as zero, as in
     # LAPACK's least-squares solver by default.
-    fit = np.linalg.pinv(mismatch, rcond=np.finfo(np.float64).eps) if mismatch.size else (
-        np.zeros(mismatch.shape[::-1], dtype))
-    return fit, effect
+    return np.linalg.pinv(mismatch, rcond=np.finfo(np.float64).eps), effect
 
 
 def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
