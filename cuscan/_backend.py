@@ -45,6 +45,15 @@ def _library(operands: dict[str, object]) -> tuple[str, str | None]:
         lib = library(value)
         if lib is not None:
             found.setdefault(lib, name)
+    for lib, name in found.items():
+        value = operands[name]
+        if lib not in _BACKENDS and lib not in _ADAPTERS and not interchangeable(value):
+            raise TypeError(
+                f"`{name}` is a {type(value).__name__} from {lib}, which cuscan does not "
+                "support; expected a NumPy or CuPy array, a torch, JAX or TensorFlow tensor, "
+                "an array with __dlpack__, __cuda_array_interface__ or __array__, or a Python "
+                "scalar or sequence"
+            )
     if len(found) > 1:
         described = ", ".join(f"`{name}` is a {lib} array" for lib, name in found.items())
         raise TypeError(
@@ -52,16 +61,8 @@ def _library(operands: dict[str, object]) -> tuple[str, str | None]:
             "Convert them to one library first"
         )
     lib = next(iter(found), "numpy")
-    if lib not in _BACKENDS and lib not in _ADAPTERS and interchangeable(operands[found[lib]]):
-        lib = "interchange"
     if lib not in _BACKENDS and lib not in _ADAPTERS:
-        value = operands[found[lib]]
-        raise TypeError(
-            f"`{found[lib]}` is a {type(value).__qualname__} from {lib}, which cuscan does not "
-            "support; expected a NumPy or CuPy array, a torch, JAX or TensorFlow tensor, "
-            "an array with __dlpack__, __cuda_array_interface__ or __array__, or a Python "
-            "scalar or sequence"
-        )
+        lib = "interchange"
     return lib, found.get(lib)
 
 

@@ -96,17 +96,25 @@ def test_mixed_libraries():
     class Foreign:
         __module__ = "otherlib.arrays"
 
-    with pytest.raises(TypeError, match="one library"):
+        def __dlpack__(self, **kwargs):
+            raise AssertionError("never converted")
+
+    with pytest.raises(TypeError, match="`decays` is a numpy array, `impulses` is a otherlib"):
         cuscan.linear_recurrence(np.ones(3), Foreign())
 
 
-def test_unknown_library():
+@pytest.mark.parametrize("alone", [True, False])
+def test_unknown_library(alone):
+    """An unsupported operand is named as such, alone or beside a supported array."""
     class Foreign:
         pass
 
     Foreign.__module__ = "otherlib"
-    with pytest.raises(TypeError, match="does not support; expected a NumPy or CuPy array"):
-        cuscan.linear_recurrence(Foreign(), 1.0)
+    with pytest.raises(TypeError, match="is a Foreign from otherlib, which cuscan does not "
+                                        "support; expected a NumPy or CuPy array"):
+        cuscan.linear_recurrence(Foreign(), 1.0 if alone else np.ones(3))
+    with pytest.raises(TypeError, match="`impulses` is a str from builtins, which cuscan"):
+        cuscan.linear_recurrence(1.0 if alone else np.ones(3), "1.0")
 
 
 def test_objects_numpy_converts_are_array_likes():

@@ -215,6 +215,30 @@ def test_errors():
         signal.lfilter_zi([1.0], [1.0, -1.0])
     with pytest.raises(ValueError, match="pole at z = 1"):
         signal.sosfilt_zi([[1, 0, 0, 1, -2, 1]])
+    for a in ([1.0, np.nan], [np.inf, 1.0]):
+        with pytest.raises(ValueError, match="`a` must be finite, to be factored into poles"):
+            signal.lfilter([1.0], a, np.ones(10))
+        with pytest.raises(ValueError, match="`a` must be finite"):
+            signal.filtfilt([1.0], a, np.ones(10), method="gust")
+    with pytest.raises(ValueError, match=r"every section's denominator \(`sos\[:, 3:\]`\) "
+                                         r"must be finite, to be factored into poles; got "
+                                         r"\[\[1.0, nan, 0.0\]\]"):
+        signal.sosfilt([[1, 0, 0, 1, np.nan, 0]], np.ones(10))
+    with pytest.raises(TypeError, match="`b` must hold numbers; got dtype <U1"):
+        signal.lfilter(["1"], [1.0], np.ones(10))
+    with pytest.raises(TypeError, match="`sos` must hold numbers; got dtype object"):
+        signal.sosfilt(np.array([[1, 0, 0, 1, None, 0]], dtype=object), np.ones(10))
+    # A non-finite numerator is data, as in SciPy: it reaches the output.
+    np.testing.assert_array_equal(signal.lfilter([np.nan], [1.0, -0.5], np.ones(4)),
+                                  np.full(4, np.nan))
+
+
+def test_coefficients_from_any_array_like():
+    pandas = require("pandas")
+    expected = ss.lfilter([1.0, 0.5], [1.0, -0.5], np.arange(5.0))
+    for b, a in (((1, 0.5), [1, -0.5]), (pandas.Series([1.0, 0.5]), pandas.Series([1.0, -0.5])),
+                 (np.array([2, 1], np.float32), np.array([2, -1]))):
+        np.testing.assert_allclose(signal.lfilter(b, a, np.arange(5.0)), expected, rtol=1e-12)
 
 
 @pytest.mark.parametrize("alpha", [0.0, -0.5, 1.5, float("nan")])

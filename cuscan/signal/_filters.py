@@ -17,16 +17,18 @@ ArrayLike = Any
 def _host(coefficients, name: str) -> np.ndarray:
     """Filter coefficients as a NumPy array: they are small, and constants (CuPy arrays
     and tensors are copied; the filter is not differentiated with respect to them)."""
-    if isinstance(coefficients, np.ndarray):
-        return coefficients
     if getattr(coefficients, "requires_grad", False):
         raise TypeError(f"`{name}` requires grad, but filter coefficients are constants to "
                         f"cuscan.signal; pass `{name}.detach()`")
-    if _backend.library(coefficients) == "torch":
+    lib = _backend.library(coefficients)
+    if lib == "torch":
         coefficients = coefficients.cpu()
-    elif hasattr(coefficients, "get"):  # CuPy
+    elif lib == "cupy":
         coefficients = coefficients.get()
-    return np.asarray(coefficients)
+    coefficients = np.asarray(coefficients)
+    if coefficients.dtype.kind not in "biufc":
+        raise TypeError(f"`{name}` must hold numbers; got dtype {coefficients.dtype}")
+    return coefficients
 
 
 def _signal(x, zi=None):
@@ -79,6 +81,8 @@ def _normalized(b, a) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"`b` and `a` must be non-empty 1-D; got shapes {b.shape} and {a.shape}")
     if a[0] == 0:
         raise ValueError("`a[0]` must be non-zero")
+    if not np.isfinite(a).all():
+        raise ValueError(f"`a` must be finite, to be factored into poles; got {a}")
     return b / a[0], a / a[0]
 
 
@@ -248,6 +252,9 @@ def _sections(sos) -> np.ndarray:
         raise ValueError(f"`sos` must have shape (n_sections, 6); got {sos.shape}")
     if np.any(sos[:, 3] == 0):
         raise ValueError("every section's a0 (`sos[:, 3]`) must be non-zero")
+    if not np.isfinite(sos[:, 3:]).all():
+        raise ValueError("every section's denominator (`sos[:, 3:]`) must be finite, to be "
+                         f"factored into poles; got {sos[:, 3:].tolist()}")
     return sos
 
 
