@@ -74,9 +74,17 @@ def _result_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
     return dtype
 
 
+def _promoted(*tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
+    """The tensors cast to `_result_dtype`, as the fake implementations promise (the core
+    would promote as NumPy does, which differs for integers with floats)."""
+    dtype = _result_dtype(*tensors)
+    return [None if tensor is None else tensor.to(dtype) for tensor in tensors]
+
+
 @torch.library.custom_op("cuscan::linear_recurrence", mutates_args=())
 def _forward(decays: torch.Tensor, impulses: torch.Tensor, initial_state: torch.Tensor | None,
              axis: int, reverse: bool, method: str) -> torch.Tensor:
+    decays, impulses, initial_state = _promoted(decays, impulses, initial_state)
     with _stream(impulses):
         out = _api.linear_recurrence(
             to_array(decays), to_array(impulses),
@@ -95,6 +103,8 @@ def _(decays, impulses, initial_state, axis, reverse, method):
 def _backward(grad_output: torch.Tensor, decays: torch.Tensor, output: torch.Tensor,
               initial_state: torch.Tensor | None, axis: int, reverse: bool
               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    grad_output, decays, output, initial_state = _promoted(grad_output, decays, output,
+                                                           initial_state)
     with _stream(output):
         grads = _api.linear_recurrence_vjp(
             to_array(grad_output), to_array(decays), to_array(output),

@@ -214,6 +214,33 @@ def test_compile_fullgraph(device, compiler):
     torch.testing.assert_close(impulses.grad, expected_grads[1])
 
 
+MIXED = [(torch.int64, torch.float32), (torch.int16, torch.float16), (torch.bool, torch.bfloat16),
+         (torch.float16, torch.bfloat16), (torch.complex64, torch.float64),
+         (torch.int32, torch.int64)]
+
+
+@pytest.mark.parametrize(("first", "second"), MIXED)
+def test_mixed_dtypes_follow_torch_promotion(device, first, second):
+    """Eagerly, compiled and in the VJP: torch's promotion (where NumPy's can differ), and
+    float64 for integers alone."""
+    expected_dtype = torch.promote_types(first, second)
+    if not (expected_dtype.is_floating_point or expected_dtype.is_complex):
+        expected_dtype = torch.float64
+    decays = (torch.arange(12, device=device).reshape(6, 2) % 2).to(first)  # 0 and 1
+    impulses = torch.arange(12, device=device).reshape(6, 2).to(second)
+    h = cuscan.linear_recurrence(decays, impulses)
+    assert h.dtype == expected_dtype
+    wide = torch.complex128 if expected_dtype.is_complex else torch.float64
+    expected = reference.linear_recurrence(decays.cpu().to(wide).numpy(),
+                                           impulses.cpu().to(wide).numpy())
+    np.testing.assert_array_equal(h.cpu().to(wide).numpy(), expected)  # small integers
+    compiled = torch.compile(cuscan.linear_recurrence, fullgraph=True, backend="aot_eager")
+    assert compiled(decays, impulses).dtype == expected_dtype
+    grads = cuscan.linear_recurrence_vjp(impulses, decays, h)
+    assert [g.dtype for g in grads[:2]] == [expected_dtype] * 2
+    torch.library.opcheck(_torch._forward, (decays, impulses, None, 0, False, "auto"))
+
+
 def test_mixing_torch_and_numpy_is_rejected():
     with pytest.raises(TypeError, match="one library"):
         cuscan.linear_recurrence(torch.ones(3), np.ones(3))
