@@ -1,12 +1,11 @@
-"""JAX adapter: jax.Array in and out through XLA buffer callbacks, with a custom VJP.
+"""JAX adapter: jax.Array in and out through XLA buffer callbacks, as JAX primitives.
 
-The forward and the VJP each run as a ``jax.experimental.buffer_callback``:
+The forward and the fused VJP each run as a ``jax.experimental.buffer_callback``:
 XLA hands over its own buffers, inputs and outputs, and the core computes in
 place on them (NumPy on CPU; CuPy on GPU, on XLA's stream), so nothing is
-copied. ``jax.custom_vjp`` ties the two together, so the function works
-eagerly and under ``jit``, ``grad`` and ``vmap``; the VJP is a ``custom_vjp``
-too, so reverse mode works to any order. Imported only when a JAX array is
-passed.
+copied. Primitives with JVP, transpose and batching rules (below) carry them
+through ``jit``, ``vmap`` and both modes of differentiation, to any order.
+Imported only when a JAX array is passed.
 """
 
 from __future__ import annotations
@@ -19,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental.buffer_callback import buffer_callback
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
 
 from cuscan import _api, _backend, _dtypes
 
@@ -69,8 +70,8 @@ def _forward_callback(axis: int, reverse: bool, method: str):
         with _stream(ctx, out):
             out, impulses = _view(out, writeable=True), _view(impulses)
             if impulses.shape != out.shape:
-                # vmap batched only the initial state: the output has a batch dimension
-                # the impulses lack, so they are read with stride 0 along it
+                # vmap batched only the decays or the initial state: the output has a
+                # batch dimension the impulses lack, so they are read with stride 0 along it
                 xp = _backend.select({"impulses": impulses}).xp
                 impulses = xp.broadcast_to(impulses, out.shape)
             _api.forward(_view(decays), impulses, _view(initial_state), axis=axis,
@@ -101,91 +102,258 @@ def _backward_callback(axis: int, reverse: bool, holomorphic: bool):
     return callback
 
 
-def _call_forward(decays, impulses, initial_state, axis, reverse, method):
-    result = jax.ShapeDtypeStruct(jnp.broadcast_shapes(decays.shape, impulses.shape),
-                                  impulses.dtype)
-    function = buffer_callback(_forward_callback(axis, reverse, method), result,
-                               vmap_method="expand_dims")
-    return function(decays, impulses, initial_state)
+# ---- primitives ---------------------------------------------------------------------------
+#
+# Three primitives carry the recurrence through every JAX transformation:
+#
+# - `_forward_p(a, x[, s])`: the recurrence, a buffer callback on the core's forward;
+# - `_tangent_p(a, h[, s], da, dx[, ds])`: its JVP at the output h, the recurrence over
+#   ``dx + da * h[t-1]`` from ``ds``; linear in ``(da, dx, ds)``;
+# - `_vjp_p(g, a, h[, s])`: the transpose of `_tangent_p`, the core's fused backward.
+#
+# Forward mode runs `_tangent_p`; reverse mode transposes it into `_vjp_p`, one fused pass;
+# each is the other's transpose, and their own JVPs come from compositions of `_forward_p`
+# and jax.numpy, so derivatives of any order mix forward and reverse mode freely. The
+# batching rules put a batch dimension first (the axis counts from the end, so it stays
+# right), and the core reads operands without one with stride 0.
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
-def _recurrence(decays, impulses, initial_state, axis, reverse, method):
-    return _call_forward(decays, impulses, initial_state, axis, reverse, method)
+def _with_state(args, count: int):
+    """``args`` split after ``count`` leading operands, the optional state padded with None."""
+    return [*args[:count], args[count] if len(args) > count else None]
 
 
-def _recurrence_fwd(decays, impulses, initial_state, axis, reverse, method):
-    # Through the custom_vjp function itself, so that an outer derivative sees it.
-    output = _recurrence(decays, impulses, initial_state, axis, reverse, method)
-    return output, (decays, output, initial_state)
+def _state_slot(state, axis: int, ndim: int):
+    """An initial state's shape with a 1 at the time axis, to broadcast with the output."""
+    if state is None:
+        return (1,) * ndim
+    return (*state.shape[:ndim + axis], 1, *state.shape[ndim + axis:])
 
 
-def _call_backward(grad_output, decays, output, initial_state, axis, reverse):
-    results = tuple(None if v is None else jax.ShapeDtypeStruct(v.shape, output.dtype)
-                    for v in (decays, output, initial_state))
-    holomorphic = jnp.issubdtype(output.dtype, jnp.complexfloating)
-    function = buffer_callback(_backward_callback(axis, reverse, holomorphic), results,
-                               vmap_method="expand_dims")
-    return function(grad_output, decays, output, initial_state)
+def _forward_shape(decays, impulses, state, axis: int):
+    ndim = impulses.ndim
+    return jnp.broadcast_shapes(decays.shape, impulses.shape, _state_slot(state, axis, ndim))
 
 
-def _recurrence_bwd(axis, reverse, _method, residuals, grad_output):
-    decays, output, initial_state = residuals
-    return _vjp(grad_output, decays, output, initial_state, axis, reverse)
+def _forward_impl(*args, axis, reverse, method):
+    decays, impulses, state = _with_state(args, 2)
+    result = jax.ShapeDtypeStruct(_forward_shape(decays, impulses, state, axis), impulses.dtype)
+    function = buffer_callback(_forward_callback(axis, reverse, method), result)
+    return function(decays, impulses, state)
 
 
-_recurrence.defvjp(_recurrence_fwd, _recurrence_bwd)
+def _forward_abstract(*avals, axis, reverse, method):
+    decays, impulses, state = _with_state(avals, 2)
+    return jax.core.ShapedArray(_forward_shape(decays, impulses, state, axis), impulses.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _vjp(grad_output, decays, output, initial_state, axis, reverse):
-    """The VJP by the fused kernel, differentiable in reverse mode through `_composite_vjp`."""
-    return _call_backward(grad_output, decays, output, initial_state, axis, reverse)
-
-
-def _vjp_fwd(grad_output, decays, output, initial_state, axis, reverse):
-    grads = _vjp(grad_output, decays, output, initial_state, axis, reverse)
-    return grads, (grad_output, decays, output, initial_state)
-
-
-def _vjp_bwd(axis, reverse, residuals, cotangents):
-    composite = functools.partial(_composite_vjp, axis=axis, reverse=reverse)
-    return jax.vjp(composite, *residuals)[1](cotangents)
-
-
-_vjp.defvjp(_vjp_fwd, _vjp_bwd)
-
-
-def _composite_vjp(grad_output, decays, output, initial_state, *, axis, reverse):
-    """`_vjp` from `_recurrence` and jax.numpy, for JAX to differentiate (JAX's convention).
-
-    ``grad_impulses[t] = grad_output[t] + decays[t+1] * grad_impulses[t+1]`` is a reverse
-    recurrence over the decays shifted one step earlier; ``grad_decays[t] = output[t-1] *
-    grad_impulses[t]`` with ``output[-1] = initial_state``; ``grad_initial_state =
-    decays[0] * grad_impulses[0]`` (with time flipped when ``reverse``).
-    """
-    shape, steps = output.shape, output.shape[axis]
+def _previous(output, state, axis: int, reverse: bool):
+    """``output`` one step later in time: ``h[t-1]``, with the initial state (or zeros) first."""
+    steps = output.shape[axis]
     if steps == 0:
-        zeros = [None if v is None else jnp.zeros(v.shape, output.dtype)
-                 for v in (decays, output, initial_state)]
-        return tuple(zeros)
-    a, grad_output, output = (jnp.flip(v, axis) if reverse else v for v in (
-        jnp.broadcast_to(decays, shape), grad_output, output))
+        return jnp.zeros_like(output)
+    earlier = jax.lax.slice_in_dim(output, 1 if reverse else 0,
+                                   steps if reverse else steps - 1, axis=axis)
+    start = jax.lax.slice_in_dim(output, 0, 1, axis=axis)
+    start = (jnp.zeros_like(start) if state is None else
+             jnp.broadcast_to(jnp.expand_dims(state, axis), start.shape).astype(output.dtype))
+    pieces = [earlier, start] if reverse else [start, earlier]
+    return jnp.concatenate(pieces, axis)
 
-    def steps_from(array, start, stop):
-        return jax.lax.slice_in_dim(array, start, stop, axis=axis)
 
-    later = jnp.concatenate([steps_from(a, 1, steps), jnp.zeros_like(steps_from(a, 0, 1))],
-                            axis)
-    grad_impulses = _recurrence(later, grad_output, None, axis, True, "auto")
-    first = (jnp.zeros_like(steps_from(output, 0, 1)) if initial_state is None else
-             jnp.broadcast_to(jnp.expand_dims(initial_state, axis), steps_from(output, 0, 1).shape))
-    grad_decays = jnp.concatenate([first, steps_from(output, 0, steps - 1)], axis) * grad_impulses
-    grad_state = None if initial_state is None else _sum_to(jnp.squeeze(
-        steps_from(a, 0, 1) * steps_from(grad_impulses, 0, 1), axis), initial_state.shape)
-    if reverse:
-        grad_decays, grad_impulses = jnp.flip(grad_decays, axis), jnp.flip(grad_impulses, axis)
-    return _sum_to(grad_decays, decays.shape), grad_impulses, grad_state
+def _tangent_composite(*args, axis, reverse, method, has_state, present):
+    """`_tangent_p` from `_forward_p` and jax.numpy: ``dh = forward(a, dx + da * h[t-1], ds)``.
+
+    ``args`` are the residuals ``a, h[, s]`` and then the tangents that ``present`` (three
+    bools, for ``da, dx, ds``) says are given; the others are zero.
+    """
+    count = 3 if has_state else 2
+    decays, output, state = _with_state(args[:count], 2)
+    given = iter(args[count:])
+    tangent_decays, tangent_impulses, tangent_state = (next(given) if known else None
+                                                       for known in present)
+    impulses = jnp.zeros_like(output) if tangent_impulses is None else tangent_impulses
+    if tangent_decays is not None:
+        impulses = impulses + tangent_decays * _previous(output, state, axis, reverse)
+    operands = (decays, impulses) + (() if tangent_state is None else (tangent_state,))
+    return _forward_p.bind(*operands, axis=axis, reverse=reverse, method=method)
+
+
+def _vjp_impl(*args, axis, reverse, shapes):
+    grad_output, decays, output, state = _with_state(args, 3)
+    results = tuple(jax.ShapeDtypeStruct(shape, output.dtype) for shape in shapes)
+    if state is None:
+        results += (None,)
+    holomorphic = jnp.issubdtype(output.dtype, jnp.complexfloating)
+    function = buffer_callback(_backward_callback(axis, reverse, holomorphic), results)
+    return [g for g in function(grad_output, decays, output, state) if g is not None]
+
+
+def _vjp_abstract(*avals, axis, reverse, shapes):
+    return [jax.core.ShapedArray(shape, avals[2].dtype) for shape in shapes]
+
+
+def _adjoint(decays, grad_output, axis: int, reverse: bool):
+    """The transpose of the recurrence with respect to its impulses and its initial state.
+
+    ``g[t] = grad_output[t] + decays[t+1] * g[t+1]`` is the recurrence the other way in
+    time over the decays shifted one step; the initial state's share is ``decays[0] *
+    g[0]`` (with time flipped when ``reverse``). ``decays`` has the output's shape.
+    Returns ``g`` and that share, which has the output's shape without the axis.
+    """
+    shape, steps = grad_output.shape, grad_output.shape[axis]
+    if steps == 0:
+        return grad_output, jnp.zeros(shape[:len(shape) + axis] + shape[len(shape) + axis + 1:],
+                                      grad_output.dtype)
+    later = _previous(decays, None, axis, not reverse)  # decays[t+1], 0 past the end
+    grad = _forward_p.bind(later, grad_output, axis=axis, reverse=not reverse, method="auto")
+    first = steps - 1 if reverse else 0
+    share = jnp.squeeze(jax.lax.slice_in_dim(decays * grad, first, first + 1, axis=axis), axis)
+    return grad, share
+
+
+def _vjp_composite(*args, axis, reverse, shapes):
+    """`_vjp_p` from `_forward_p` and jax.numpy, for JAX to differentiate (JAX's convention):
+    `_adjoint`, and ``grad_decays[t] = output[t-1] * g[t]`` with ``output[-1] =
+    initial_state``; each summed to its shape in ``shapes``."""
+    grad_output, decays, output, state = _with_state(args, 3)
+    grad_output, output = jnp.broadcast_arrays(grad_output, output)
+    grad, grad_state = _adjoint(jnp.broadcast_to(decays, output.shape), grad_output, axis,
+                                reverse)
+    grad_decays = _previous(output, state, axis, reverse) * grad
+    grads = (grad_decays, grad, grad_state)[:len(shapes)]
+    return [_sum_to(g, target) for g, target in zip(grads, shapes, strict=True)]
+
+
+def _forward_transpose(cotangent, *args, axis, reverse, method):
+    """The recurrence is linear in its impulses and initial state (for jax.linear_transpose)."""
+    decays, impulses, state = _with_state(args, 2)
+    if ad.is_undefined_primal(decays):
+        raise NotImplementedError("cuscan's recurrence is linear in its impulses and initial "
+                                  "state, not in its decays")
+    if type(cotangent) is ad.Zero:
+        return [None] * len(args)
+    grad, grad_state = _adjoint(jnp.broadcast_to(decays, cotangent.shape), cotangent, axis,
+                                reverse)
+    grads = [None, _sum_to(grad, impulses.aval.shape) if ad.is_undefined_primal(impulses)
+             else None]
+    if state is not None:
+        grads.append(_sum_to(grad_state, state.aval.shape) if ad.is_undefined_primal(state)
+                     else None)
+    return grads
+
+
+def _by_jvp(composite):
+    """A JVP rule differentiating ``composite`` (written with differentiable operations)."""
+    def rule(primals, tangents, **params):
+        tangents = tuple(ad.instantiate_zeros(t) for t in tangents)
+        return jax.jvp(functools.partial(composite, **params), tuple(primals), tangents)
+    return rule
+
+
+def _forward_jvp(primals, tangents, *, axis, reverse, method):
+    output = _forward_p.bind(*primals, axis=axis, reverse=reverse, method=method)
+    # Zero tangents stay symbolic: none is made, and none is transposed.
+    present = tuple(type(t) is not ad.Zero for t in tangents) + (False,) * (3 - len(tangents))
+    residuals = (primals[0], output, *primals[2:])
+    tangent = _tangent_p.bind(*residuals, *(t for t in tangents if type(t) is not ad.Zero),
+                              axis=axis, reverse=reverse, method=method,
+                              has_state=len(primals) == 3, present=present)
+    return output, tangent
+
+
+def _tangent_transpose(cotangent, *args, axis, reverse, method, has_state, present):
+    count = 3 if has_state else 2
+    residuals, linear = args[:count], args[count:]
+    if any(ad.is_undefined_primal(r) for r in residuals):
+        raise NotImplementedError("the tangent of cuscan's recurrence is linear in the "
+                                  "tangents only")
+    if type(cotangent) is ad.Zero:
+        return [None] * len(args)
+    # The VJP gives all three gradients; those of absent tangents take their residual's shape.
+    given = iter(linear)
+    slots = [next(given) if known else None for known in present]
+    shapes = tuple(residual.shape if v is None else v.aval.shape if ad.is_undefined_primal(v)
+                   else v.shape for v, residual in zip(slots[:count], residuals, strict=True))
+    output = residuals[1]
+    cotangent = jnp.broadcast_to(cotangent, output.shape)
+    grads = _vjp_p.bind(cotangent, *residuals, axis=axis, reverse=reverse, shapes=shapes)
+    return [None] * count + [g if ad.is_undefined_primal(v) else None
+                             for g, v in zip(grads, slots[:len(grads)], strict=True)
+                             if v is not None]
+
+
+def _vjp_transpose(cotangents, *args, axis, reverse, shapes):
+    grad_output, residuals = args[0], args[1:]
+    if not ad.is_undefined_primal(grad_output) or any(ad.is_undefined_primal(r)
+                                                      for r in residuals):
+        raise NotImplementedError("the VJP of cuscan's recurrence is linear in the cotangent "
+                                  "only")
+    present = tuple(type(c) is not ad.Zero for c in cotangents) + (False,) * (3 - len(shapes))
+    if not any(present):
+        return [None] * len(args)
+    tangent = _tangent_p.bind(*residuals, *(c for c in cotangents if type(c) is not ad.Zero),
+                              axis=axis, reverse=reverse, method="auto",
+                              has_state=len(residuals) == 3, present=present)
+    return [_sum_to(tangent, grad_output.aval.shape)] + [None] * len(residuals)
+
+
+def _batch_first(args, dims):
+    """Every operand with its batch dimension first (size 1 where it has none)."""
+    return [jnp.expand_dims(v, 0) if d is None else jnp.moveaxis(v, d, 0)
+            for v, d in zip(args, dims, strict=True)]
+
+
+def _batch_size(args, dims) -> int:
+    return next(v.shape[d] for v, d in zip(args, dims, strict=True) if d is not None)
+
+
+def _forward_batch(args, dims, **params):
+    return _forward_p.bind(*_batch_first(args, dims), **params), 0
+
+
+def _tangent_batch(args, dims, **params):
+    composite = functools.partial(_tangent_composite, **params)
+    return jax.vmap(composite, in_axes=list(dims))(*args), 0
+
+
+def _vjp_batch(args, dims, *, axis, reverse, shapes):
+    size = _batch_size(args, dims)
+    shapes = tuple((size, *shape) for shape in shapes)
+    args = _batch_first(args, dims)
+    if dims[0] is None and dims[2] is None:
+        # Only the decays or the state are batched; the core reads the output at the full
+        # shape, so it takes the batch dimension (the cotangent is then read with stride 0).
+        args[2] = jnp.broadcast_to(args[2], (size, *args[2].shape[1:]))
+    grads = _vjp_p.bind(*args, axis=axis, reverse=reverse, shapes=shapes)
+    return grads, [0] * len(grads)
+
+
+def _primitive(name: str, impl, abstract, *, jvp, transpose, batch, multiple_results=False):
+    primitive = Primitive(name)
+    primitive.multiple_results = multiple_results
+    primitive.def_impl(impl)
+    primitive.def_abstract_eval(abstract)
+    mlir.register_lowering(primitive, mlir.lower_fun(impl, multiple_results=multiple_results))
+    ad.primitive_jvps[primitive] = jvp
+    ad.primitive_transposes[primitive] = transpose
+    batching.primitive_batchers[primitive] = batch
+    return primitive
+
+
+def _tangent_abstract(*avals, **params):
+    result = jax.eval_shape(functools.partial(_tangent_composite, **params), *avals)
+    return jax.core.ShapedArray(result.shape, result.dtype)
+
+
+_forward_p = _primitive("cuscan_linear_recurrence", _forward_impl, _forward_abstract,
+                        jvp=_forward_jvp, transpose=_forward_transpose, batch=_forward_batch)
+_tangent_p = _primitive("cuscan_linear_recurrence_tangent", _tangent_composite,
+                        _tangent_abstract, jvp=_by_jvp(_tangent_composite),
+                        transpose=_tangent_transpose, batch=_tangent_batch)
+_vjp_p = _primitive("cuscan_linear_recurrence_vjp", _vjp_impl, _vjp_abstract,
+                    jvp=_by_jvp(_vjp_composite), transpose=_vjp_transpose, batch=_vjp_batch,
+                    multiple_results=True)
 
 
 def _sum_to(grad, shape):
@@ -221,7 +389,8 @@ def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method)
     impulses = jnp.broadcast_to(impulses, shape)
     initial_state = _with_rank(initial_state, ndim - 1)
     # A negative axis stays right when vmap adds leading dimensions.
-    return _recurrence(decays, impulses, initial_state, axis - ndim, reverse, method)
+    operands = (decays, impulses) + (() if initial_state is None else (initial_state,))
+    return _forward_p.bind(*operands, axis=axis - ndim, reverse=reverse, method=method)
 
 
 def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, reverse):
@@ -237,8 +406,11 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, r
     shape, axis = _api.backward_shape(grad_output.shape, decays.shape, output.shape,
                                       state_shape, axis)
     ndim = len(shape)
-    grads = _vjp(grad_output, _with_rank(decays, ndim), output,
-                 _with_rank(initial_state, ndim - 1), axis - ndim, reverse)
-    grad_decays, grad_impulses, grad_state = grads
+    operands = [grad_output, _with_rank(decays, ndim), output]
+    if initial_state is not None:
+        operands.append(_with_rank(initial_state, ndim - 1))
+    grads = _vjp_p.bind(*operands, axis=axis - ndim, reverse=reverse,
+                        shapes=tuple(v.shape for v in operands[1:]))
+    grad_decays, grad_impulses, grad_state = _with_state(grads, 2)
     return (grad_decays.reshape(decays.shape), grad_impulses,
             None if initial_state is None else grad_state.reshape(initial_state.shape))

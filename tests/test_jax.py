@@ -1,4 +1,5 @@
-"""The JAX adapter: arrays in and out without copies; jit, grad and vmap."""
+"""The JAX adapter: arrays in and out without copies; jit, vmap, and derivatives in both
+modes."""
 
 from __future__ import annotations
 
@@ -241,13 +242,99 @@ def test_jacobian_and_vjp_function_derivatives(device):
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-10)
 
 
-def test_forward_mode_is_refused():
-    """A custom_vjp has no forward mode: JAX's own error, never a wrong tangent."""
-    a, x = jnp.full((4, 2), 0.5), jnp.ones((4, 2))
-    with pytest.raises(TypeError, match="forward-mode"):
-        jax.jvp(lambda a: cuscan.linear_recurrence(a, x), (a,), (a,))
-    with pytest.raises(TypeError, match="forward-mode"):
-        jax.hessian(lambda a: jnp.sum(cuscan.linear_recurrence(a, x) ** 2))(a)
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_forward_mode_matches_associative_scan(device, dtype, reverse):
+    """jvp, jacfwd and every mix of forward and reverse mode to second order, with broadcast
+    operands."""
+    rng = np.random.default_rng(8)
+    values = [rng.uniform(0, 0.9, (7, 1, 3)), rng.standard_normal((7, 2, 3)),
+              rng.standard_normal((1, 3))]
+    if dtype == "complex128":
+        values = [v * np.exp(1j * rng.uniform(0, 6, v.shape)) for v in values]
+    operands = tuple(put(device, *values))
+    tangents = tuple(put(device, *(rng.standard_normal(v.shape) + (0 if dtype == "float64" else
+                                                             1j * rng.standard_normal(v.shape))
+                                   for v in values)))
+
+    def ours(a, x, s):
+        return cuscan.linear_recurrence(a, x, s, reverse=reverse)
+
+    def theirs(a, x, s):
+        return associative_scan(a, x, s, reverse)
+
+    def close(got, want):
+        for mine, expected in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            assert mine.shape == expected.shape
+            np.testing.assert_allclose(np.asarray(mine), np.asarray(expected), rtol=1e-9,
+                                       atol=1e-9)
+
+    close(jax.jit(lambda *p: jax.jvp(ours, p, tangents))(*operands),
+          jax.jvp(theirs, operands, tangents))
+    holomorphic = dtype == "complex128"
+    close(jax.jacfwd(ours, argnums=(0, 1, 2), holomorphic=holomorphic)(*operands),
+          jax.jacrev(theirs, argnums=(0, 1, 2), holomorphic=holomorphic)(*operands))
+
+    def loss(function):
+        return lambda a, x, s: jnp.sum(jnp.abs(function(a, x, s)) ** 2 + jnp.real(
+            function(a, x, s)) ** 3)
+
+    if not holomorphic:  # Jacobians of a real loss of complex inputs are not defined
+        for outer, inner in ((jax.jacfwd, jax.jacrev), (jax.jacfwd, jax.jacfwd),
+                             (jax.jacrev, jax.jacfwd)):
+            second = outer(inner(loss(ours), argnums=(0, 1, 2)), argnums=(0, 1, 2))
+            close(second(*operands), jax.hessian(loss(theirs), argnums=(0, 1, 2))(*operands))
+    # A Hessian-vector product, forward over reverse.
+    close(jax.jvp(jax.grad(loss(ours), argnums=(0, 1, 2)), operands, tangents),
+          jax.jvp(jax.grad(loss(theirs), argnums=(0, 1, 2)), operands, tangents))
+    check_grads(lambda a, x, s: cuscan.linear_recurrence(a, x, s, method="parallel",
+                                                         reverse=reverse),
+                operands, order=3, modes=["fwd", "rev"])
+
+
+def test_forward_mode_of_the_vjp_and_edges(device):
+    """linear_recurrence_vjp in forward mode; vmap of jvp; no steps; constant operands."""
+    rng = np.random.default_rng(9)
+    decays, impulses, state, cotangent = put(
+        device, rng.uniform(0, 1, (6, 2)), rng.standard_normal((6, 2)), rng.standard_normal(2),
+        rng.standard_normal((6, 2)))
+    h = associative_scan(decays, impulses, state)
+    check_grads(lambda g, a, h, s: cuscan.linear_recurrence_vjp(g, a, h, s),
+                (cotangent, decays, h, state), order=2, modes=["fwd", "rev"])
+    # Linear maps transpose: the recurrence in its impulses and state, into the VJP; the
+    # VJP in its cotangent, into the JVP.
+    transposed = jax.linear_transpose(lambda x, s: cuscan.linear_recurrence(decays, x, s),
+                                      impulses, state)(cotangent)
+    expected = jax.vjp(lambda x, s: associative_scan(decays, x, s), impulses, state)[1](
+        cotangent)
+    for got, want in zip(transposed, expected, strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12)
+    directions = (decays * 0.3, impulses[::-1], state + 1)
+    (transposed,) = jax.linear_transpose(
+        lambda g: cuscan.linear_recurrence_vjp(g, decays, h, state), cotangent)(directions)
+    expected = jax.jvp(lambda a, x, s: associative_scan(a, x, s), (decays, impulses, state),
+                       directions)[1]
+    np.testing.assert_allclose(np.asarray(transposed), np.asarray(expected), rtol=1e-12)
+    with pytest.raises(NotImplementedError, match="not in its decays"):
+        jax.linear_transpose(lambda a: cuscan.linear_recurrence(a, impulses), decays)(h)
+    # vmap over tangents: a batch of directional derivatives at once.
+    directions = jnp.asarray(rng.standard_normal((4, 6, 2)))
+    batched = jax.vmap(lambda t: jax.jvp(lambda x: cuscan.linear_recurrence(decays, x, state),
+                                         (impulses,), (t,))[1])(directions)
+    for b in range(4):
+        np.testing.assert_allclose(np.asarray(batched[b]), reference.linear_recurrence(
+            np.asarray(decays), np.asarray(directions[b])), rtol=1e-12)
+    # Tangents with respect to one operand only, and no time steps at all.
+    only_state = jax.jvp(lambda s: cuscan.linear_recurrence(decays, impulses, s),
+                         (state,), (jnp.ones(2),))[1]
+    np.testing.assert_allclose(np.asarray(only_state), np.cumprod(np.asarray(decays), axis=0),
+                               rtol=1e-12)
+    empty = jnp.ones((0, 2))
+    value, tangent = jax.jvp(lambda a, s: cuscan.linear_recurrence(a, empty, s),
+                             (empty, state), (empty, state))
+    assert value.shape == tangent.shape == (0, 2)
+    assert jax.grad(lambda s: jnp.sum(cuscan.linear_recurrence(empty, empty, s)))(state).shape \
+        == (2,)
 
 
 def test_vmap(device):
@@ -300,6 +387,25 @@ def test_vmap(device):
         single = jax.grad(lambda a, x: jnp.sum(associative_scan(a, x, 0.0) ** 2))(
             shared, impulses[b])
         np.testing.assert_allclose(np.asarray(grads[b]), np.asarray(single), rtol=1e-10)
+
+
+def test_vmap_of_the_vjp_function(device):
+    """linear_recurrence_vjp mapped over any one operand, the others shared."""
+    rng = np.random.default_rng(10)
+    decays, cotangent, output, states = put(
+        device, rng.uniform(0, 1, (4, 6, 2)), rng.standard_normal((4, 6, 2)),
+        rng.standard_normal((4, 6, 2)), rng.standard_normal((4, 2)))
+    single = (cotangent[0], decays[0], output[0], states[0])
+    for argnum, batched in enumerate((cotangent, decays, output, states)):
+        def vjp(operand, argnum=argnum):
+            operands = list(single)
+            operands[argnum] = operand
+            return cuscan.linear_recurrence_vjp(*operands)
+
+        grads = jax.jit(jax.vmap(vjp))(batched)
+        for b in range(4):
+            for got, want in zip(grads, vjp(batched[b]), strict=True):
+                np.testing.assert_allclose(np.asarray(got[b]), np.asarray(want), rtol=1e-12)
 
 
 def test_vjp_function_matches_jax_vjp(device):
