@@ -52,3 +52,18 @@ def test_import_loads_no_framework_and_no_cupy():
         "assert not heavy, heavy\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_nn_without_torch_says_what_to_install():
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None  # as if torch were not installed\n"
+        "try:\n"
+        "    import cuscan.nn\n"
+        "except ModuleNotFoundError as error:\n"
+        "    assert str(error) == 'cuscan.nn needs PyTorch; install it, or cuscan[torch]'\n"
+        "    assert error.name == 'torch'\n"
+        "else:\n"
+        "    raise AssertionError('imported')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

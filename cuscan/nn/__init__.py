@@ -7,6 +7,16 @@ the serial loop and the parallel scan without changing the numbers beyond
 rounding. Importing ``cuscan.nn`` imports torch.
 """
 
+try:
+    import torch
+except ModuleNotFoundError as error:  # pragma: no cover - exercised in a subprocess
+    if error.name != "torch":
+        raise
+    raise ModuleNotFoundError("cuscan.nn needs PyTorch; install it, or cuscan[torch]",
+                              name="torch") from error
+
 from cuscan.nn._layers import GILR, GILRLSTM, QRNN, SRU
+
+del torch
 
 __all__ = ["GILR", "GILRLSTM", "QRNN", "SRU"]
