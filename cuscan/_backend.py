@@ -33,6 +33,16 @@ def library(value: object) -> str | None:
     return lib
 
 
+def cupy_for(what: str) -> ModuleType:
+    """CuPy, imported for ``what`` (data on a GPU); a clear error where it is missing."""
+    try:
+        import cupy
+    except ImportError as error:
+        raise ModuleNotFoundError(f"{what} on a GPU needs CuPy: install cuscan[cuda13] or "
+                                  "cuscan[cuda12]", name="cupy") from error
+    return cupy
+
+
 def interchangeable(value: object) -> bool:
     """Whether an array of another library can be viewed through DLPack or CUDA's interface."""
     return hasattr(value, "__dlpack__") or hasattr(value, "__cuda_array_interface__")

@@ -21,13 +21,7 @@ def to_array(value):
     if not hasattr(value, "__cuda_array_interface__") and (
             value.__dlpack_device__()[0] == _DLPACK_CPU):
         return np.from_dlpack(value)
-    try:
-        import cupy
-    except ImportError as error:
-        raise TypeError(
-            f"a {type(value).__qualname__} on a GPU needs CuPy: pip install 'cuscan[cuda13]' "
-            "(or [cuda12])"
-        ) from error
+    cupy = _backend.cupy_for(f"a {type(value).__name__}")
     if hasattr(value, "__cuda_array_interface__"):
         return cupy.asarray(value)
     return cupy.from_dlpack(value)

@@ -41,8 +41,7 @@ def _view(buffer, writeable: bool = False):
             array = array.view()
             array.flags.writeable = False
         return array
-    import cupy
-
+    cupy = _backend.cupy_for("a JAX array")
     interface = buffer.__cuda_array_interface__
     dtype = np.dtype(buffer.dtype)
     # Built from the pointer so that bfloat16 needs no support in the interface.
@@ -57,9 +56,7 @@ def _stream(ctx, buffer):
     """A context launching CuPy on XLA's stream when the buffers are on a GPU."""
     if not _on_gpu(buffer):
         return contextlib.nullcontext()
-    import cupy
-
-    return cupy.cuda.ExternalStream(ctx.stream)
+    return _backend.cupy_for("a JAX array").cuda.ExternalStream(ctx.stream)
 
 
 @functools.cache

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from cuscan import _api, _dtypes
+from cuscan import _api, _backend, _dtypes
 
 # TensorFlow's own allocator aligns to 64 bytes; outputs it is handed are aligned alike.
 _ALIGNMENT = 64
@@ -32,9 +32,7 @@ def to_array(tensor: tf.Tensor):
     if bfloat16:  # DLPack consumers lack bfloat16: cross as uint16 and view back
         tensor = tf.bitcast(tensor, tf.uint16)
     if _on_gpu(tensor):
-        import cupy
-
-        array = cupy.from_dlpack(tensor)
+        array = _backend.cupy_for("a TensorFlow tensor").from_dlpack(tensor)
     else:
         array = np.from_dlpack(tensor)
     if bfloat16:

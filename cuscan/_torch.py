@@ -21,7 +21,7 @@ import torch
 import torch.autograd.forward_ad
 from numpy.lib.array_utils import normalize_axis_index
 
-from cuscan import _api, _dtypes
+from cuscan import _api, _backend, _dtypes
 
 _BACKWARD_STATE_ABSENT = (0,)  # shape of the stand-in when there is no initial state
 
@@ -33,9 +33,7 @@ def to_array(tensor: torch.Tensor):
     if bfloat16:  # DLPack consumers may lack bfloat16: cross as uint16 and view back
         tensor = tensor.view(torch.uint16)
     if tensor.device.type == "cuda":
-        import cupy
-
-        array = cupy.from_dlpack(tensor)
+        array = _backend.cupy_for("a torch tensor").from_dlpack(tensor)
     elif tensor.device.type == "cpu":
         array = np.from_dlpack(tensor)
     else:
@@ -58,10 +56,9 @@ def _stream(tensor: torch.Tensor):
     """A context that makes CuPy launch on torch's current stream for ``tensor``'s device."""
     if tensor.device.type != "cuda":
         return contextlib.nullcontext()
-    import cupy
-
     stream = torch.cuda.current_stream(tensor.device)
-    return cupy.cuda.ExternalStream(stream.cuda_stream, tensor.device.index)
+    return _backend.cupy_for("a torch tensor").cuda.ExternalStream(stream.cuda_stream,
+                                                                   tensor.device.index)
 
 
 def _result_dtype(*tensors: torch.Tensor | None) -> torch.dtype:

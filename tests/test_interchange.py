@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 
@@ -51,6 +53,18 @@ def test_forward_and_vjp_through_dlpack(monkeypatch):
 def test_objects_without_an_interface_are_rejected():
     with pytest.raises(TypeError, match="__dlpack__"):
         cuscan.linear_recurrence(0.5, object())
+
+
+def test_gpu_arrays_without_cupy_say_what_to_install(monkeypatch):
+    """A CUDA array (DLPack device type 2) where CuPy is missing: a clear error."""
+    class OnGPU(Exported):
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    monkeypatch.setitem(sys.modules, "cupy", None)  # as if not installed
+    with pytest.raises(ModuleNotFoundError, match=r"a OnGPU on a GPU needs CuPy: install "
+                                                  r"cuscan\[cuda13\] or cuscan\[cuda12\]"):
+        cuscan.linear_recurrence(0.5, OnGPU(np.ones(3)))
 
 
 def test_signal_filters_through_dlpack():
