@@ -782,6 +782,27 @@ def test_jax_vmap_over_signals_and_alphas():
                                        rtol=1e-12, atol=1e-12)
 
 
+def test_jax_forward_mode_through_filters():
+    """jax.jvp through the filters: their tangent is the filter of the tangent, and ema's
+    with respect to alpha matches central differences."""
+    jax = require("jax")
+    rng = np.random.default_rng(21)
+    x, tangent = rng.standard_normal((2, 3, 80))
+    sos = ss.cheby1(4, 1, 0.2, output="sos")
+    with jax.enable_x64(True):
+        for filtered in (lambda v: signal.sosfilt(sos, v), lambda v: signal.sosfiltfilt(sos, v),
+                         lambda v: signal.filtfilt(*ss.butter(3, 0.2), v, method="gust")):
+            value, derivative = jax.jit(lambda v, t, f=filtered: jax.jvp(f, (v,), (t,)))(
+                jax.numpy.asarray(x), jax.numpy.asarray(tangent))
+            np.testing.assert_allclose(np.asarray(value), np.asarray(filtered(x)), rtol=1e-12)
+            np.testing.assert_allclose(np.asarray(derivative), np.asarray(filtered(tangent)),
+                                       rtol=1e-10, atol=1e-12)
+        alpha, step = 0.3, 1e-6
+        derivative = jax.jvp(lambda a: signal.ema(jax.numpy.asarray(x), a), (alpha,), (1.0,))[1]
+        central = (signal.ema(x, alpha + step) - signal.ema(x, alpha - step)) / (2 * step)
+        np.testing.assert_allclose(np.asarray(derivative), central, rtol=1e-6, atol=1e-8)
+
+
 def test_torch_func_vmap_over_signals_and_alphas():
     """torch.func.vmap maps the filters and ema (per-signal alphas) over a batch."""
     torch = require("torch")
