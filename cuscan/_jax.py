@@ -145,7 +145,8 @@ def _forward_abstract(*avals, axis, reverse, method):
 
 
 def _previous(output, state, axis: int, reverse: bool):
-    """``output`` one step later in time: ``h[t-1]``, with the initial state (or zeros) first."""
+    """The step before each: ``h[t-1]`` (``h[t+1]`` when ``reverse``), the initial state (or
+    zeros) before the first."""
     steps = output.shape[axis]
     if steps == 0:
         return jnp.zeros_like(output)
