@@ -16,6 +16,21 @@ Method = Literal["auto", "serial", "parallel"]
 ArrayLike = Any
 
 
+def public(function):
+    """Mark a public function to be called as it is by TensorFlow's AutoGraph.
+
+    Inside ``tf.function``, AutoGraph otherwise rewrites the source of every
+    function it meets, cuscan's included, which costs most of a trace and
+    gains nothing: TensorFlow tensors reach the kernels through
+    ``tf.py_function``. The attribute is the one
+    ``tf.autograph.experimental.do_not_convert`` sets on its wrappers; the
+    function itself is returned unchanged.
+    """
+    function.autograph_info__ = {}
+    return function
+
+
+@public
 def linear_recurrence(
     decays: ArrayLike,
     impulses: ArrayLike,
@@ -142,6 +157,7 @@ def forward(decays, impulses, initial_state=None, *, axis=0, reverse=False, meth
     return out
 
 
+@public
 def linear_recurrence_vjp(
     grad_output: ArrayLike,
     decays: ArrayLike,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 
 import cuscan
+import cuscan.signal
+from cuscan import _backend
 from tests import reference
 from tests.conftest import assert_close, record_core_calls, require
 
@@ -92,6 +97,39 @@ def test_tf_function_with_unknown_dimensions():
     with pytest.raises(ValueError, match="known rank"):
         tf.function(lambda x: cuscan.linear_recurrence(0.5, x),
                     input_signature=[tf.TensorSpec(None, tf.float32)]).get_concrete_function()
+
+
+def test_tf_function_calls_cuscan_as_written(monkeypatch):
+    """AutoGraph does not rewrite cuscan's functions (a rewrite costs most of a trace)."""
+    package = os.path.dirname(cuscan.__file__)
+    callers = []
+    library = _backend.library
+
+    def spy(value):
+        frame = sys._getframe(1)
+        while frame.f_code.co_filename.startswith(package):
+            frame = frame.f_back
+        callers.append(frame.f_code.co_filename)
+        return library(value)
+
+    monkeypatch.setattr(_backend, "library", spy)
+    sos = np.array([[1.0, 0.5, 0.0, 1.0, -0.5, 0.0]])
+    b, a = [1.0, 0.5], [1.0, -0.5]
+    calls = [lambda x: cuscan.linear_recurrence(0.5, x),
+             lambda x: cuscan.linear_recurrence_vjp(x, 0.5, x)[1],
+             lambda x: cuscan.signal.lfilter(b, a, x),
+             lambda x: cuscan.signal.sosfilt(sos, x),
+             lambda x: cuscan.signal.filtfilt(b, a, x, padlen=2),
+             lambda x: cuscan.signal.sosfiltfilt(sos, x, padlen=2),
+             lambda x: cuscan.signal.ema(x, 0.5)]
+    for call in calls:
+        tf.function(call)(tf.ones(8))
+    # a rewritten function runs from a file AutoGraph generates
+    assert callers
+    assert not [caller for caller in callers if "autograph_generated" in caller]
+    public = [getattr(cuscan, name) for name in cuscan.__all__]
+    public += [getattr(cuscan.signal, name) for name in cuscan.signal.__all__]
+    assert all(hasattr(function, "autograph_info__") for function in public)
 
 
 @pytest.mark.parametrize("graph", [False, True])

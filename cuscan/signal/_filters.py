@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from cuscan import _backend
-from cuscan._api import check_given, linear_recurrence, time_axis
+from cuscan._api import check_given, linear_recurrence, public, time_axis
 from cuscan.signal._arrays import _Arrays, namespace
 
 ArrayLike = Any
@@ -190,6 +190,7 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
     return ns.broadcast_to(zi, expected)
 
 
+@public
 def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
             zi: ArrayLike | None = None):
     """Filter `x` with the IIR filter ``b(z) / a(z)``, as ``scipy.signal.lfilter``.
@@ -258,6 +259,7 @@ def _sections(sos) -> np.ndarray:
     return sos
 
 
+@public
 def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None = None):
     """Filter `x` with cascaded second-order sections, as ``scipy.signal.sosfilt``.
 
@@ -322,6 +324,7 @@ def _cascade(sos: np.ndarray, ns, x, axis: int, zi):
     return y, ns.stack(finals) if finals else zi  # no sections: zi is empty
 
 
+@public
 def lfilter_zi(b: ArrayLike, a: ArrayLike) -> np.ndarray:
     """The steady-state initial state of `lfilter` for a step input, as SciPy's.
 
@@ -350,6 +353,7 @@ def lfilter_zi(b: ArrayLike, a: ArrayLike) -> np.ndarray:
     return np.array([np.sum(b[i + 1:] - a[i + 1:] * gain) for i in range(order)])
 
 
+@public
 def sosfilt_zi(sos: ArrayLike) -> np.ndarray:
     """The steady-state initial states of `sosfilt` for a step input, as SciPy's.
 
@@ -364,6 +368,7 @@ def sosfilt_zi(sos: ArrayLike) -> np.ndarray:
     return np.array(states).reshape(len(sos), 2)
 
 
+@public
 def lfiltic(b: ArrayLike, a: ArrayLike, y: ArrayLike, x: ArrayLike | None = None,
             axis: int = -1):
     """The `lfilter` state that past outputs and inputs leave, as ``scipy.signal.lfiltic``.
@@ -503,6 +508,7 @@ def _forward_backward(run, steady: np.ndarray, ns, x, axis: int, padtype, padlen
     return ns.flip(y, axis)[_along(y, axis, slice(edge, length - edge))]
 
 
+@public
 def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False):
     """Exponential moving average, as ``pandas.Series.ewm(alpha=alpha, adjust=...).mean()``.
 
@@ -588,6 +594,7 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False):
                                                                           axis=axis)
 
 
+@public
 def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
              padlen: int | None = None, method: str = "pad", irlen: int | None = None):
     """Filter `x` forward and backward (zero phase), as ``scipy.signal.filtfilt``.
@@ -760,6 +767,7 @@ def _gustafsson_operators(b: np.ndarray, a: np.ndarray, span: int, whole: bool):
     return np.linalg.pinv(mismatch, rcond=np.finfo(np.float64).eps), effect
 
 
+@public
 def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
                 padlen: int | None = None):
     """Filter `x` forward and backward with second-order sections, as
