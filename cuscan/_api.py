@@ -310,7 +310,15 @@ def check_reverse(reverse) -> bool:
     if isinstance(reverse, (bool, np.bool_)) or (
             isinstance(reverse, (int, np.integer)) and reverse in (0, 1)):
         return bool(reverse)
-    raise TypeError(f"`reverse` must be a bool; got {reverse!r}")
+    raise TypeError(f"`reverse` must be a bool; got {reverse!r}{_static_hint(reverse)}")
+
+
+def _static_hint(value) -> str:
+    """For an array or tensor where a Python value is needed, how to pass one when tracing."""
+    if getattr(value, "shape", None) != () or isinstance(value, np.generic):
+        return ""
+    return (", an array; it chooses the computation, so it must be a Python value (under "
+            "jax.jit, a static argument)")
 
 
 def check_method(method: str) -> None:
@@ -373,9 +381,13 @@ def time_axis(axis: int, shape: tuple[int, ...]) -> int:
         raise ValueError(
             "the inputs are 0-d, so there is no time axis; expected at least 1 dimension"
         )
-    if isinstance(axis, (bool, np.bool_)) or not hasattr(type(axis), "__index__"):
-        raise TypeError(f"`axis` must be an integer; got {axis!r}")
-    return normalize_axis_index(operator.index(axis), len(shape))
+    try:
+        if isinstance(axis, (bool, np.bool_)):
+            raise TypeError
+        index = operator.index(axis)
+    except TypeError:
+        raise TypeError(f"`axis` must be an integer; got {axis!r}{_static_hint(axis)}") from None
+    return normalize_axis_index(index, len(shape))
 
 
 def _check_state(state_shape, shape: tuple[int, ...], axis: int) -> None:

@@ -12,6 +12,8 @@ _PYTHON_SCALARS = (bool, int, float, complex)
 _BACKENDS = {"numpy": "cuscan._numpy_backend", "cupy": "cuscan._cupy_backend"}
 # Frameworks whose tensors are converted (without copies) and differentiated.
 _ADAPTERS = {"torch", "jax", "tensorflow", "interchange"}
+# Frameworks that convert NumPy arrays passed beside their tensors (a copy to their device).
+_CONVERTING = {"jax", "tensorflow"}
 # Modules whose arrays belong to another library's name.
 _ALIASES = {"jaxlib": "jax"}
 
@@ -64,6 +66,9 @@ def _library(operands: dict[str, object]) -> tuple[str, str | None]:
                 "an array with __dlpack__, __cuda_array_interface__ or __array__, or a Python "
                 "scalar or sequence"
             )
+    if "numpy" in found and len(found) == 2 and found.keys() & _CONVERTING:
+        # JAX and TensorFlow take NumPy arrays beside their own, as their operations do
+        del found["numpy"]
     if len(found) > 1:
         described = ", ".join(f"`{name}` is a {lib} array" for lib, name in found.items())
         raise TypeError(

@@ -99,6 +99,40 @@ def _backward_callback(axis: int, reverse: bool, holomorphic: bool):
     return callback
 
 
+# ---- varying manual axes ------------------------------------------------------------------
+#
+# Inside ``jax.shard_map`` JAX types each value with the mesh axes it varies over. Operands
+# are cast to vary over the same axes before a primitive is bound (as JAX's own operations
+# do, so the gradient of an operand that does not vary is summed over the devices), and
+# results vary over those axes.
+
+
+def _varying(aval) -> frozenset:
+    """The manual mesh axes an abstract value varies over (empty outside ``shard_map``)."""
+    mat = getattr(aval, "mat", None)
+    return frozenset(mat.varying if mat is not None else getattr(aval, "vma", ()))
+
+
+def _bind(primitive, *operands, **params):
+    """``primitive.bind`` with every operand made to vary over the same manual axes."""
+    axes = frozenset().union(*(_varying(jax.typeof(v)) for v in operands))
+    if axes:
+        cast = (functools.partial(jax.lax.pcast, to="varying") if hasattr(jax.lax, "pcast")
+                else jax.lax.pvary)
+        operands = [v if _varying(jax.typeof(v)) == axes
+                    else cast(v, tuple(sorted(axes - _varying(jax.typeof(v)))))
+                    for v in operands]
+    return primitive.bind(*operands, **params)
+
+
+def _result(shape, dtype, avals):
+    """The abstract value of a result: ``shape`` and ``dtype``, varying over the manual axes
+    of the operands (which `_bind` made equal)."""
+    if not _varying(avals[0]):
+        return jax.core.ShapedArray(shape, dtype)
+    return avals[0].update(shape=shape, dtype=dtype)
+
+
 # ---- primitives ---------------------------------------------------------------------------
 #
 # Three primitives carry the recurrence through every JAX transformation:
@@ -141,7 +175,7 @@ def _forward_impl(*args, axis, reverse, method):
 
 def _forward_abstract(*avals, axis, reverse, method):
     decays, impulses, state = _with_state(avals, 2)
-    return jax.core.ShapedArray(_forward_shape(decays, impulses, state, axis), impulses.dtype)
+    return _result(_forward_shape(decays, impulses, state, axis), impulses.dtype, avals)
 
 
 def _previous(output, state, axis: int, reverse: bool):
@@ -174,7 +208,7 @@ def _tangent_composite(*args, axis, reverse, method, has_state, present):
     if tangent_decays is not None:
         impulses = impulses + tangent_decays * _previous(output, state, axis, reverse)
     operands = (decays, impulses) + (() if tangent_state is None else (tangent_state,))
-    return _forward_p.bind(*operands, axis=axis, reverse=reverse, method=method)
+    return _bind(_forward_p, *operands, axis=axis, reverse=reverse, method=method)
 
 
 def _vjp_impl(*args, axis, reverse, shapes):
@@ -188,7 +222,7 @@ def _vjp_impl(*args, axis, reverse, shapes):
 
 
 def _vjp_abstract(*avals, axis, reverse, shapes):
-    return [jax.core.ShapedArray(shape, avals[2].dtype) for shape in shapes]
+    return [_result(shape, avals[2].dtype, avals) for shape in shapes]
 
 
 def _adjoint(decays, grad_output, axis: int, reverse: bool):
@@ -204,7 +238,7 @@ def _adjoint(decays, grad_output, axis: int, reverse: bool):
         return grad_output, jnp.zeros(shape[:len(shape) + axis] + shape[len(shape) + axis + 1:],
                                       grad_output.dtype)
     later = _previous(decays, None, axis, not reverse)  # decays[t+1], 0 past the end
-    grad = _forward_p.bind(later, grad_output, axis=axis, reverse=not reverse, method="auto")
+    grad = _bind(_forward_p, later, grad_output, axis=axis, reverse=not reverse, method="auto")
     first = steps - 1 if reverse else 0
     share = jnp.squeeze(jax.lax.slice_in_dim(decays * grad, first, first + 1, axis=axis), axis)
     return grad, share
@@ -250,11 +284,11 @@ def _by_jvp(composite):
 
 
 def _forward_jvp(primals, tangents, *, axis, reverse, method):
-    output = _forward_p.bind(*primals, axis=axis, reverse=reverse, method=method)
+    output = _bind(_forward_p, *primals, axis=axis, reverse=reverse, method=method)
     # Zero tangents stay symbolic: none is made, and none is transposed.
     present = tuple(type(t) is not ad.Zero for t in tangents) + (False,) * (3 - len(tangents))
     residuals = (primals[0], output, *primals[2:])
-    tangent = _tangent_p.bind(*residuals, *(t for t in tangents if type(t) is not ad.Zero),
+    tangent = _bind(_tangent_p, *residuals, *(t for t in tangents if type(t) is not ad.Zero),
                               axis=axis, reverse=reverse, method=method,
                               has_state=len(primals) == 3, present=present)
     return output, tangent
@@ -275,7 +309,7 @@ def _tangent_transpose(cotangent, *args, axis, reverse, method, has_state, prese
                    else v.shape for v, residual in zip(slots[:count], residuals, strict=True))
     output = residuals[1]
     cotangent = jnp.broadcast_to(cotangent, output.shape)
-    grads = _vjp_p.bind(cotangent, *residuals, axis=axis, reverse=reverse, shapes=shapes)
+    grads = _bind(_vjp_p, cotangent, *residuals, axis=axis, reverse=reverse, shapes=shapes)
     return [None] * count + [g if ad.is_undefined_primal(v) else None
                              for g, v in zip(grads, slots[:len(grads)], strict=True)
                              if v is not None]
@@ -290,7 +324,7 @@ def _vjp_transpose(cotangents, *args, axis, reverse, shapes):
     present = tuple(type(c) is not ad.Zero for c in cotangents) + (False,) * (3 - len(shapes))
     if not any(present):
         return [None] * len(args)
-    tangent = _tangent_p.bind(*residuals, *(c for c in cotangents if type(c) is not ad.Zero),
+    tangent = _bind(_tangent_p, *residuals, *(c for c in cotangents if type(c) is not ad.Zero),
                               axis=axis, reverse=reverse, method="auto",
                               has_state=len(residuals) == 3, present=present)
     return [_sum_to(tangent, grad_output.aval.shape)] + [None] * len(residuals)
@@ -307,7 +341,7 @@ def _batch_size(args, dims) -> int:
 
 
 def _forward_batch(args, dims, **params):
-    return _forward_p.bind(*_batch_first(args, dims), **params), 0
+    return _bind(_forward_p, *_batch_first(args, dims), **params), 0
 
 
 def _tangent_batch(args, dims, **params):
@@ -323,7 +357,7 @@ def _vjp_batch(args, dims, *, axis, reverse, shapes):
         # Only the decays or the state are batched; the core reads the output at the full
         # shape, so it takes the batch dimension (the cotangent is then read with stride 0).
         args[2] = jnp.broadcast_to(args[2], (size, *args[2].shape[1:]))
-    grads = _vjp_p.bind(*args, axis=axis, reverse=reverse, shapes=shapes)
+    grads = _bind(_vjp_p, *args, axis=axis, reverse=reverse, shapes=shapes)
     return grads, [0] * len(grads)
 
 
@@ -341,7 +375,7 @@ def _primitive(name: str, impl, abstract, *, jvp, transpose, batch, multiple_res
 
 def _tangent_abstract(*avals, **params):
     result = jax.eval_shape(functools.partial(_tangent_composite, **params), *avals)
-    return jax.core.ShapedArray(result.shape, result.dtype)
+    return _result(result.shape, result.dtype, avals)
 
 
 _forward_p = _primitive("cuscan_linear_recurrence", _forward_impl, _forward_abstract,
@@ -362,7 +396,10 @@ def _sum_to(grad, shape):
 
 def _as_jax(operands: dict[str, object]) -> list[jax.Array | None]:
     """Every operand as a JAX array of the result dtype: Python scalars are weak, as in
-    the core; float64 becomes float32 unless JAX's 64-bit mode is on."""
+    the core; sequences are converted as ``jnp.asarray`` converts them; float64 becomes
+    float32 unless JAX's 64-bit mode is on."""
+    operands = {name: v if v is None or _dtypes.is_python_scalar(v) or hasattr(v, "dtype")
+                else jnp.asarray(v) for name, v in operands.items()}
     dtype = jax.dtypes.canonicalize_dtype(_dtypes.result_dtype(operands))
     return [None if v is None else jnp.asarray(v, dtype=dtype) for v in operands.values()]
 
@@ -388,7 +425,7 @@ def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method)
     initial_state = _with_rank(initial_state, ndim - 1)
     # A negative axis stays right when vmap adds leading dimensions.
     operands = (decays, impulses) + (() if initial_state is None else (initial_state,))
-    return _forward_p.bind(*operands, axis=axis - ndim, reverse=reverse, method=method)
+    return _bind(_forward_p, *operands, axis=axis - ndim, reverse=reverse, method=method)
 
 
 def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, reverse):
@@ -407,7 +444,7 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, r
     operands = [grad_output, _with_rank(decays, ndim), output]
     if initial_state is not None:
         operands.append(_with_rank(initial_state, ndim - 1))
-    grads = _vjp_p.bind(*operands, axis=axis - ndim, reverse=reverse,
+    grads = _bind(_vjp_p, *operands, axis=axis - ndim, reverse=reverse,
                         shapes=tuple(v.shape for v in operands[1:]))
     grad_decays, grad_impulses, grad_state = _with_state(grads, 2)
     return (grad_decays.reshape(decays.shape), grad_impulses,

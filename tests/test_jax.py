@@ -3,6 +3,11 @@ modes."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 
@@ -97,6 +102,26 @@ def test_layouts_broadcasting_and_scalars(device):
     np.testing.assert_allclose(np.asarray(h), reference.linear_recurrence(
         np.full((5, 3), 0.5), np.ones((5, 3))))
     assert cuscan.linear_recurrence(decays, jnp.zeros((0, 6))).shape == (0, 6)
+    # Python sequences beside JAX arrays, converted as jnp.asarray converts them
+    h = cuscan.linear_recurrence(decays, [[1.0] * 6] * 3, [0.5] * 6)
+    np.testing.assert_allclose(np.asarray(h), reference.linear_recurrence(
+        np.asarray(decays), np.ones((3, 6)), 0.5), rtol=1e-12)
+    grad = jax.grad(lambda a: cuscan.linear_recurrence(a, [1.0, 2.0, 3.0]).sum())(
+        jnp.ones(3, jnp.float32))
+    assert grad.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(grad), [0, 2, 3])
+    grads = cuscan.linear_recurrence_vjp([1.0, 1.0], 1.0, h[:2, 0], 0.0)
+    np.testing.assert_allclose(np.asarray(grads[1]), [2, 1])
+    # NumPy arrays beside JAX arrays, converted as jnp.asarray converts them
+    h = cuscan.linear_recurrence(np.asarray(decays), impulses, np.ones((2, 6)), axis=0)
+    assert isinstance(h, jax.Array)
+    np.testing.assert_allclose(np.asarray(h), reference.linear_recurrence(
+        np.asarray(decays), np.asarray(impulses), 1.0), rtol=1e-12)
+    grad = jax.grad(lambda x: cuscan.linear_recurrence(np.full(3, 0.5), x).sum())(jnp.ones(3))
+    np.testing.assert_allclose(np.asarray(grad), [1.75, 1.5, 1])
+    with jax.enable_x64(False):
+        h = cuscan.linear_recurrence(np.full(3, 0.5), jnp.ones(3, jnp.float32))
+        assert h.dtype == jnp.float32
 
 
 def test_without_64_bit_mode():
@@ -424,5 +449,66 @@ def test_errors_at_trace_time():
         jax.jit(cuscan.linear_recurrence)(jnp.ones(3), jnp.ones(4))
     with pytest.raises(ValueError, match="initial_state"):
         cuscan.linear_recurrence(0.5, jnp.ones((3, 2)), jnp.ones(3))
-    with pytest.raises(TypeError, match="one library"):
-        cuscan.linear_recurrence(jnp.ones(3), np.ones(3))
+    for option in ("axis", "reverse"):
+        traced = jax.jit(lambda x, value, option=option: cuscan.linear_recurrence(
+            0.5, x, **{option: value}))
+        with pytest.raises(TypeError, match=f"`{option}` must be .*static argument"):
+            traced(jnp.ones(3), 0)
+    static = jax.jit(cuscan.linear_recurrence, static_argnames=("axis", "reverse"))
+    np.testing.assert_allclose(np.asarray(static(0.5, jnp.ones((2, 3)), axis=1, reverse=True)),
+                               reference.linear_recurrence(0.5, np.ones((2, 3)), axis=1,
+                                                           reverse=True), rtol=1e-6)
+
+
+def test_sharded_arrays():
+    """Four CPU devices (in a fresh process): jit over sharded inputs gives the full result;
+    shard_map over the channels runs each shard and keeps the sharding."""
+    script = textwrap.dedent("""
+        import jax, jax.numpy as jnp, numpy as np, cuscan
+        from jax.sharding import NamedSharding, PartitionSpec as P
+        mesh = jax.make_mesh((4,), ("b",))
+        values = np.random.default_rng(0).standard_normal((2, 36, 8)).astype(np.float32)
+        expected = cuscan.linear_recurrence(values[0], values[1])
+        put = lambda v: jax.device_put(v, NamedSharding(mesh, P(None, "b")))
+        for decays, impulses in [(put(values[0]), put(values[1])),
+                                 (jax.device_put(values[0], NamedSharding(mesh, P("b"))),
+                                  jnp.asarray(values[1]))]:
+            for f in (cuscan.linear_recurrence, jax.jit(cuscan.linear_recurrence)):
+                np.testing.assert_allclose(np.asarray(f(decays, impulses)), expected,
+                                           rtol=1e-6)
+        mapped = jax.jit(jax.shard_map(cuscan.linear_recurrence, mesh=mesh,
+                                       in_specs=P(None, "b"), out_specs=P(None, "b")))
+        h = mapped(put(values[0]), put(values[1]))
+        np.testing.assert_allclose(np.asarray(h), expected, rtol=1e-6)
+        assert h.sharding.spec == P(None, "b"), h.sharding
+        _, vjp = jax.vjp(cuscan.linear_recurrence, values[0], values[1])
+        expected_grads = vjp(jnp.ones_like(expected))
+        grad = jax.jit(jax.grad(lambda a: mapped(a, put(values[1])).sum()))(put(values[0]))
+        np.testing.assert_allclose(np.asarray(grad), np.asarray(expected_grads[0]), rtol=1e-5)
+        # decays shared by every shard: their gradient is summed over the devices
+        shared = jax.jit(jax.shard_map(lambda a, x: cuscan.linear_recurrence(a[:, None], x),
+                                       mesh=mesh, in_specs=(P(), P(None, "b")),
+                                       out_specs=P(None, "b")))
+        decays = jax.device_put(values[0][:, 0], NamedSharding(mesh, P()))
+        grad = jax.jit(jax.grad(lambda a: shared(a, put(values[1])).sum()))(decays)
+        _, vjp = jax.vjp(lambda a: cuscan.linear_recurrence(a[:, None], values[1]), decays)
+        np.testing.assert_allclose(np.asarray(grad), np.asarray(
+            vjp(jnp.ones_like(expected))[0]), rtol=1e-5)
+        # forward mode and vmap inside shard_map
+        tangent = jax.jit(jax.shard_map(
+            lambda a, x: jax.jvp(cuscan.linear_recurrence, (a, x), (a, x))[1], mesh=mesh,
+            in_specs=P(None, "b"), out_specs=P(None, "b")))(put(values[0]), put(values[1]))
+        np.testing.assert_allclose(np.asarray(tangent), np.asarray(jax.jvp(
+            cuscan.linear_recurrence, tuple(values), tuple(values))[1]), rtol=1e-5)
+        batched = jax.jit(jax.shard_map(jax.vmap(cuscan.linear_recurrence, in_axes=1,
+                                                 out_axes=1), mesh=mesh,
+                                        in_specs=P(None, "b"), out_specs=P(None, "b")))
+        h = batched(put(values[0]), put(values[1]))
+        np.testing.assert_allclose(np.asarray(h), expected, rtol=1e-6)
+    """)
+    environment = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+                       JAX_PLATFORMS="cpu")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=environment, cwd=os.path.dirname(os.path.dirname(__file__)),
+                            check=False)
+    assert result.returncode == 0, result.stderr[-3000:]

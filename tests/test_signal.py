@@ -841,3 +841,20 @@ def test_coefficients_that_require_grad_are_refused():
         signal.lfilter([1.0], a, torch.ones(5))
     y = signal.lfilter(torch.tensor([1.0]), a.detach(), torch.ones(3, dtype=torch.float64))
     torch.testing.assert_close(y, torch.tensor([1.0, 1.5, 1.75], dtype=torch.float64))
+
+
+def test_jax_without_64_bit_mode():
+    """float64 coefficients and NumPy states beside float32 JAX signals give float32, as JAX
+    gives without its 64-bit mode (and without its warning about float64)."""
+    jax = require("jax")
+    sos = ss.butter(4, 0.1, output="sos")
+    x = np.random.default_rng(12).standard_normal(64)
+    with jax.enable_x64(False):
+        signal_ = jax.numpy.asarray(x, jax.numpy.float32)
+        results = [*signal.lfilter([1.0], [1.0, -0.5], signal_, zi=np.zeros(1)),
+                   *signal.sosfilt(sos, signal_, zi=np.zeros((2, 2))),
+                   signal.sosfiltfilt(sos, signal_), signal.filtfilt([1.0], [1, -0.5], signal_),
+                   signal.filtfilt([1.0], [1, -0.5], signal_, method="gust"),
+                   signal.ema(signal_, np.float64(0.3)), signal.ema(signal_, 0.3, adjust=True)]
+    assert all(r.dtype == jax.numpy.float32 for r in results)
+    np.testing.assert_allclose(np.asarray(results[2]), ss.sosfilt(sos, x), rtol=1e-4, atol=1e-5)

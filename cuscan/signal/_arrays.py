@@ -170,6 +170,10 @@ class _Jax(_Arrays):
     def asarray(self, value, like=None):
         return self.xp.asarray(value)
 
+    def cast(self, x, dtype: np.dtype):
+        # float64 is float32 (complex128 complex64) unless JAX's 64-bit mode is on
+        return x.astype(self.jax.dtypes.canonicalize_dtype(dtype))
+
     def add_into(self, w, key, value):
         return w.at[key].add(value)
 
