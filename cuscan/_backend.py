@@ -25,7 +25,7 @@ def library(value: object) -> str | None:
     Series and DataFrames have) and that DLPack or CUDA's interface cannot view
     count as NumPy's.
     """
-    if value is None or isinstance(value, (*_PYTHON_SCALARS, np.generic, list, tuple)):
+    if value is None or isinstance(value, (*_PYTHON_SCALARS, np.generic, list, tuple, range)):
         return None
     module = type(value).__module__.partition(".")[0]
     lib = _ALIASES.get(module, module)

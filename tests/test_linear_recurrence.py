@@ -128,6 +128,9 @@ def test_python_scalars_and_lists(backend, method):
         np.testing.assert_allclose(
             cuscan.linear_recurrence([0.5, 0.5, 0.5], [1, 2, 3], method=method),
             [1.0, 2.5, 4.25])
+        np.testing.assert_allclose(
+            cuscan.linear_recurrence((0.5, 0.5, 0.5), range(1, 4), method=method),
+            [1.0, 2.5, 4.25])
 
 
 @pytest.mark.parametrize("method", METHODS)
