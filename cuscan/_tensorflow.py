@@ -43,8 +43,18 @@ def to_array(tensor: tf.Tensor):
 
 
 def _to_arrays(tensors) -> list:
-    """`to_array` of each tensor; on a GPU, after waiting once for TensorFlow's pending
-    work, since TensorFlow does not expose its stream."""
+    """`to_array` of each tensor, all on one device; on a GPU, after waiting once for
+    TensorFlow's pending work, since TensorFlow does not expose its stream.
+
+    Tensors on different devices (a Python scalar or a NumPy array converted on the host
+    beside GPU tensors, say) are copied to one, as TensorFlow's own operations copy them:
+    the first GPU's, if any tensor is on a GPU.
+    """
+    devices = [t.device for t in tensors]
+    if len(set(devices)) > 1:
+        target = next((d for d in devices if "GPU" in d.upper()), devices[0])
+        with tf.device(target):
+            tensors = [t if t.device == target else tf.identity(t) for t in tensors]
     if any(_on_gpu(t) for t in tensors):
         tf.test.experimental.sync_devices()
     return [to_array(t) for t in tensors]

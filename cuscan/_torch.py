@@ -343,8 +343,26 @@ def _as_tensors(names: tuple[str, ...], *values) -> list[torch.Tensor | None]:
     dtype = _result_dtype(*tensors)
     if any(isinstance(v, complex) for v in values):
         dtype = torch.promote_types(dtype, torch.complex64)
-    return [v if v is None or isinstance(v, torch.Tensor)
-            else torch.as_tensor(v, dtype=dtype, device=tensors[0].device) for v in values]
+    device = _device(names, values)
+    return [None if v is None else
+            torch.as_tensor(v, dtype=dtype, device=device) if not isinstance(v, torch.Tensor)
+            else v.to(device) if v.device != device else v for v in values]
+
+
+def _device(names: tuple[str, ...], values) -> torch.device:
+    """The device of the call, as torch's operators choose it: 0-d CPU tensors (like Python
+    scalars) go to the device of the other tensors; tensors on two other devices are an
+    error."""
+    placed = {}
+    for name, value in zip(names, values, strict=True):
+        if isinstance(value, torch.Tensor) and not (value.ndim == 0
+                                                     and value.device.type == "cpu"):
+            placed.setdefault(value.device, name)
+    if len(placed) > 1:
+        described = ", ".join(f"`{name}` is on {device}" for device, name in placed.items())
+        raise TypeError(f"all tensors in one call must be on one device (0-d CPU tensors "
+                        f"aside); {described}")
+    return next(iter(placed), torch.device("cpu"))
 
 
 def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -299,3 +301,38 @@ def test_errors():
         cuscan.linear_recurrence(0.5, tf.sparse.from_dense(tf.eye(3)))
     with pytest.raises(TypeError, match="`decays` is a RaggedTensor"):
         cuscan.linear_recurrence(tf.ragged.constant([[1.0], [2.0, 3.0]]), 1.0)
+
+
+def test_operands_on_different_devices():
+    """Tensors on different devices (two logical CPUs, in a fresh process) are viewed on
+    one, as TensorFlow's own operations copy operands, for the forward and the gradient."""
+    script = textwrap.dedent("""
+        import numpy as np, tensorflow as tf
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        import cuscan
+        from cuscan import _tensorflow
+        devices = []
+        to_array = _tensorflow.to_array
+        _tensorflow.to_array = lambda t: devices.append(t.device) or to_array(t)
+        with tf.device("CPU:1"):
+            impulses = tf.ones((4, 3), tf.float64)
+        with tf.device("CPU:0"):
+            decays = tf.fill((3,), tf.constant(0.5, tf.float64))
+        assert decays.device != impulses.device
+        with tf.GradientTape() as tape:
+            tape.watch(decays)
+            h = cuscan.linear_recurrence(decays, impulses, 1.0)
+        grad = tape.gradient(h, decays)
+        assert len(set(devices)) == 1, devices
+        expected = cuscan.linear_recurrence(np.full(3, 0.5), np.ones((4, 3)), 1.0)
+        np.testing.assert_allclose(h.numpy(), expected)
+        np.testing.assert_allclose(grad.numpy(), cuscan.linear_recurrence_vjp(
+            np.ones((4, 3)), np.full(3, 0.5), expected, 1.0)[0])
+    """)
+    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            env=environment, cwd=os.path.dirname(os.path.dirname(__file__)),
+                            check=False)
+    assert result.returncode == 0, result.stderr[-3000:]

@@ -246,6 +246,23 @@ def test_mixing_torch_and_numpy_is_rejected():
         cuscan.linear_recurrence(torch.ones(3), np.ones(3))
 
 
+def test_devices_as_torch_chooses_them():
+    """0-d CPU tensors go to the other tensors' device, as in torch's operators (the meta
+    device stands in for a GPU); tensors on two devices are refused."""
+    decays = torch.tensor(0.5, requires_grad=True)
+    h = cuscan.linear_recurrence(decays, torch.ones(3, device="meta"), torch.tensor(1.0))
+    assert h.device.type == "meta"
+    assert h.shape == (3,)
+    h = cuscan.linear_recurrence(decays, torch.ones(3), torch.tensor(1.0))
+    h.sum().backward()
+    torch.testing.assert_close(decays.grad, torch.tensor(1 + 2 + 2.75))
+    with pytest.raises(TypeError, match=r"one device .*`decays` is on cpu, `impulses` is on meta"):
+        cuscan.linear_recurrence(torch.ones(3), torch.ones(3, device="meta"))
+    with pytest.raises(TypeError, match="`grad_output` is on meta, `decays` is on cpu"):
+        cuscan.linear_recurrence_vjp(torch.ones(3, device="meta"), torch.ones(3),
+                                     torch.ones(3, device="meta"))
+
+
 @pytest.mark.parametrize("dtype", [torch.complex32, torch.float8_e4m3fn])
 @pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
 def test_unsupported_dtypes_are_rejected(dtype):
