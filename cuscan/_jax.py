@@ -289,8 +289,8 @@ def _forward_jvp(primals, tangents, *, axis, reverse, method):
     present = tuple(type(t) is not ad.Zero for t in tangents) + (False,) * (3 - len(tangents))
     residuals = (primals[0], output, *primals[2:])
     tangent = _bind(_tangent_p, *residuals, *(t for t in tangents if type(t) is not ad.Zero),
-                              axis=axis, reverse=reverse, method=method,
-                              has_state=len(primals) == 3, present=present)
+                    axis=axis, reverse=reverse, method=method, has_state=len(primals) == 3,
+                    present=present)
     return output, tangent
 
 
@@ -325,8 +325,8 @@ def _vjp_transpose(cotangents, *args, axis, reverse, shapes):
     if not any(present):
         return [None] * len(args)
     tangent = _bind(_tangent_p, *residuals, *(c for c in cotangents if type(c) is not ad.Zero),
-                              axis=axis, reverse=reverse, method="auto",
-                              has_state=len(residuals) == 3, present=present)
+                    axis=axis, reverse=reverse, method="auto", has_state=len(residuals) == 3,
+                    present=present)
     return [_sum_to(tangent, grad_output.aval.shape)] + [None] * len(residuals)
 
 
@@ -445,7 +445,7 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, r
     if initial_state is not None:
         operands.append(_with_rank(initial_state, ndim - 1))
     grads = _bind(_vjp_p, *operands, axis=axis - ndim, reverse=reverse,
-                        shapes=tuple(v.shape for v in operands[1:]))
+                  shapes=tuple(v.shape for v in operands[1:]))
     grad_decays, grad_impulses, grad_state = _with_state(grads, 2)
     return (grad_decays.reshape(decays.shape), grad_impulses,
             None if initial_state is None else grad_state.reshape(initial_state.shape))
