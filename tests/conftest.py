@@ -7,6 +7,9 @@ import importlib
 import math
 import os
 import shutil
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -120,3 +123,14 @@ def record_core_calls(monkeypatch, function_name: str) -> dict:
 
     monkeypatch.setattr(_api, function_name, record)
     return seen
+
+
+def run_in_fresh_process(script: str, **environment: str) -> None:
+    """Run a Python ``script`` (dedented) from the repository root in a new interpreter with
+    extra ``environment`` variables, for settings a framework takes only at start-up (its
+    devices); fail with its stderr if it fails."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(script)],
+                            capture_output=True, text=True, cwd=root,
+                            env=dict(os.environ, **environment), check=False)
+    assert result.returncode == 0, result.stderr[-3000:]

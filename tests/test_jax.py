@@ -3,17 +3,18 @@ modes."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 
 import cuscan
 from tests import reference
-from tests.conftest import _gpu_available, assert_close, record_core_calls, require
+from tests.conftest import (
+    _gpu_available,
+    assert_close,
+    record_core_calls,
+    require,
+    run_in_fresh_process,
+)
 
 jax = require("jax")
 import jax.numpy as jnp  # noqa: E402  (needs jax)
@@ -463,7 +464,7 @@ def test_errors_at_trace_time():
 def test_sharded_arrays():
     """Four CPU devices (in a fresh process): jit over sharded inputs gives the full result;
     shard_map over the channels runs each shard and keeps the sharding."""
-    script = textwrap.dedent("""
+    script = """
         import jax, jax.numpy as jnp, numpy as np, cuscan
         from jax.sharding import NamedSharding, PartitionSpec as P
         mesh = jax.make_mesh((4,), ("b",))
@@ -505,10 +506,6 @@ def test_sharded_arrays():
                                         in_specs=P(None, "b"), out_specs=P(None, "b")))
         h = batched(put(values[0]), put(values[1]))
         np.testing.assert_allclose(np.asarray(h), expected, rtol=1e-6)
-    """)
-    environment = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-                       JAX_PLATFORMS="cpu")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            env=environment, cwd=os.path.dirname(os.path.dirname(__file__)),
-                            check=False)
-    assert result.returncode == 0, result.stderr[-3000:]
+    """
+    run_in_fresh_process(script, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+                         JAX_PLATFORMS="cpu")

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -14,7 +12,7 @@ import cuscan
 import cuscan.signal
 from cuscan import _backend
 from tests import reference
-from tests.conftest import assert_close, record_core_calls, require
+from tests.conftest import assert_close, record_core_calls, require, run_in_fresh_process
 
 tf = require("tensorflow")
 from cuscan import _tensorflow  # noqa: E402  (needs tensorflow)
@@ -306,7 +304,7 @@ def test_errors():
 def test_operands_on_different_devices():
     """Tensors on different devices (two logical CPUs, in a fresh process) are viewed on
     one, as TensorFlow's own operations copy operands, for the forward and the gradient."""
-    script = textwrap.dedent("""
+    script = """
         import numpy as np, tensorflow as tf
         cpu = tf.config.list_physical_devices("CPU")[0]
         tf.config.set_logical_device_configuration(
@@ -330,9 +328,5 @@ def test_operands_on_different_devices():
         np.testing.assert_allclose(h.numpy(), expected)
         np.testing.assert_allclose(grad.numpy(), cuscan.linear_recurrence_vjp(
             np.ones((4, 3)), np.full(3, 0.5), expected, 1.0)[0])
-    """)
-    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            env=environment, cwd=os.path.dirname(os.path.dirname(__file__)),
-                            check=False)
-    assert result.returncode == 0, result.stderr[-3000:]
+    """
+    run_in_fresh_process(script, TF_CPP_MIN_LOG_LEVEL="3")
