@@ -144,25 +144,42 @@ def _filter(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
                                   axis=axis)
     y = ns.cast(y, dtype)
     zf = None if zi is None else ns.cast(
-        _final_state(b, a, ns, x, y, axis, ns.cast(zi, dtype), order), out_dtype)
+        _final_state(b, a, ns, x, y, axis, ns.cast(zi, dtype), dtype), out_dtype)
     return ns.cast(y, out_dtype), zf
 
 
-def _final_state(b, a, ns, x, y, axis, zi, order):
-    """SciPy's zf: zf[i] = sum_j (b[i+1+j] x[N-1-j] - a[i+1+j] y[N-1-j]) + zi[i+N]."""
-    length = x.shape[axis]
-    b = np.concatenate([b, np.zeros(order + 1 - b.size, b.dtype)])
-    a = np.concatenate([a, np.zeros(order + 1 - a.size, a.dtype)])
-    states = []
-    for i in range(order):
-        terms = []
-        for j in range(min(order - i, length)):
-            at = _along(x, axis, slice(length - 1 - j, length - j))
-            terms.append(x[at] * b[i + 1 + j].item() - y[at] * a[i + 1 + j].item())
-        if i + length < order:
-            terms.append(zi[_along(zi, axis, slice(i + length, i + length + 1))])
-        states.append(sum(terms[1:], terms[0]))
+def _final_state(b, a, ns, x, y, axis, zi, dtype):
+    """SciPy's zf: the state the last samples leave (`_past_state`), and the part of zi that
+    reaches beyond a signal shorter than the state, ``zf[i] += zi[i+N]``."""
+    length, order = x.shape[axis], max(a.size, b.size) - 1
+    recent = {name: ns.flip(v[_along(v, axis, slice(max(length - order, 0), length))], axis)
+              for name, v in (("y", y), ("x", x))}
+    channels = (*x.shape[:axis], 1, *x.shape[axis + 1:])
+    states = _past_state(ns, b, a, recent, axis, channels, dtype)
+    for i in range(max(order - length, 0)):
+        states[i] = states[i] + zi[_along(zi, axis, slice(i + length, i + length + 1))]
     return ns.concat(states, axis) if states else zi  # a pure gain has no state
+
+
+def _past_state(ns, b, a, past, axis: int, channels: tuple, dtype: np.dtype) -> list:
+    """The state past samples leave, one ``channels``-shaped array per element of it:
+    ``zi[m] = sum_j b[m+1+j] x[-1-j] - sum_j a[m+1+j] y[-1-j]``, the part of later outputs
+    that the past contributes (transposed direct form II). ``past`` maps "y" and "x" to
+    samples in ``dtype``, most recent first along ``axis``."""
+    taps = {"x": b, "y": -a}
+    states = []
+    for m in range(max(a.size, b.size) - 1):
+        terms = [v[_along(v, axis, slice(j, j + 1))] * taps[name][m + 1 + j].item()
+                 for name, v in past.items()
+                 for j in range(min(taps[name].size - 1 - m, v.shape[axis]))]
+        state = sum(terms[1:], terms[0]) if terms else _zeros(ns, channels, dtype, past["y"])
+        states.append(ns.broadcast_to(state, channels))
+    return states
+
+
+def _zeros(ns, shape: tuple, dtype: np.dtype, like):
+    """Zeros of ``shape`` and ``dtype`` in ``like``'s library and device."""
+    return ns.cast(ns.asarray(np.zeros(shape), like=like), dtype)
 
 
 def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
@@ -428,22 +445,10 @@ def lfiltic(b: ArrayLike, a: ArrayLike, y: ArrayLike, x: ArrayLike | None = None
     past = {name: ns.cast(v, work) for name, v in past.items()}
     channels = np.broadcast_shapes(*(
         (*v.shape[:axis], 1, *v.shape[axis + 1:]) for v in past.values()))
-    # zi[m] = sum_j b[m+1+j] x[-1-j] - sum_j a[m+1+j] y[-1-j], the part of later
-    # outputs that the past contributes (transposed direct form II).
-    taps = {"x": b, "y": -a}
-
-    def zeros(shape):
-        return ns.cast(ns.asarray(np.zeros(shape), like=past["y"]), work)
-
-    states = []
-    for m in range(max(a.size, b.size) - 1):
-        terms = [v[_along(v, axis, slice(j, j + 1))] * taps[name][m + 1 + j].item()
-                 for name, v in past.items()
-                 for j in range(min(taps[name].size - 1 - m, v.shape[axis]))]
-        state = sum(terms[1:], terms[0]) if terms else zeros(channels)
-        states.append(ns.broadcast_to(state, channels))
+    states = _past_state(ns, b, a, past, axis, channels, work)
     if not states:  # a pure gain has no state
-        return ns.cast(zeros((*channels[:axis], 0, *channels[axis + 1:])), out)
+        return ns.cast(_zeros(ns, (*channels[:axis], 0, *channels[axis + 1:]), work, past["y"]),
+                       out)
     return ns.cast(ns.concat(states, axis), out)
 
 
