@@ -115,13 +115,13 @@ def _varying(aval) -> frozenset:
 
 def _bind(primitive, *operands, **params):
     """``primitive.bind`` with every operand made to vary over the same manual axes."""
-    axes = frozenset().union(*(_varying(jax.typeof(v)) for v in operands))
+    varying = [_varying(jax.typeof(v)) for v in operands]
+    axes = frozenset().union(*varying)
     if axes:
         cast = (functools.partial(jax.lax.pcast, to="varying") if hasattr(jax.lax, "pcast")
                 else jax.lax.pvary)
-        operands = [v if _varying(jax.typeof(v)) == axes
-                    else cast(v, tuple(sorted(axes - _varying(jax.typeof(v)))))
-                    for v in operands]
+        operands = [v if axes == own else cast(v, tuple(sorted(axes - own)))
+                    for v, own in zip(operands, varying, strict=True)]
     return primitive.bind(*operands, **params)
 
 

@@ -50,9 +50,8 @@ def _to_arrays(tensors) -> list:
     beside GPU tensors, say) are copied to one, as TensorFlow's own operations copy them:
     the first GPU's, if any tensor is on a GPU.
     """
-    devices = [t.device for t in tensors]
-    if len(set(devices)) > 1:
-        target = next((d for d in devices if "GPU" in d.upper()), devices[0])
+    if len({t.device for t in tensors}) > 1:
+        target = next((t for t in tensors if _on_gpu(t)), tensors[0]).device
         with tf.device(target):
             tensors = [t if t.device == target else tf.identity(t) for t in tensors]
     if any(_on_gpu(t) for t in tensors):

@@ -201,15 +201,22 @@ def _sum_to(grad: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> torch.
     return grad.to(dtype)
 
 
-def _backward_autograd(ctx, grad_output):
-    decays, output, initial_state = ctx.saved_tensors
-    grad_decays, grad_impulses, grad_state = _backward(
-        grad_output, decays, output, initial_state, ctx.axis, ctx.reverse)
-    grad_impulses = _sum_to(grad_impulses, ctx.impulses_shape, ctx.impulses_dtype)
+def _operand_gradients(ctx, grads) -> tuple:
+    """Autograd's gradients of the forward's inputs from the VJP's ``grads``, each summed
+    back and cast to its operand's shape and dtype."""
+    decays, _output, initial_state = ctx.saved_tensors
+    grad_decays, grad_impulses, grad_state = grads
     grad_state = None if initial_state is None else _sum_to(grad_state, initial_state.shape,
                                                             initial_state.dtype)
-    return (_sum_to(grad_decays, decays.shape, decays.dtype), grad_impulses, grad_state,
+    return (_sum_to(grad_decays, decays.shape, decays.dtype),
+            _sum_to(grad_impulses, ctx.impulses_shape, ctx.impulses_dtype), grad_state,
             None, None, None)
+
+
+def _backward_autograd(ctx, grad_output):
+    decays, output, initial_state = ctx.saved_tensors
+    return _operand_gradients(ctx, _backward(grad_output, decays, output, initial_state,
+                                             ctx.axis, ctx.reverse))
 
 
 _forward.register_autograd(_backward_autograd, setup_context=_setup_context)
@@ -281,13 +288,8 @@ class _Recurrence(torch.autograd.Function):
         if not torch.is_grad_enabled():  # the fused kernels
             return _backward_autograd(ctx, grad_output)
         decays, output, initial_state = ctx.saved_tensors
-        grad_decays, grad_impulses, grad_state = _differentiable_vjp(
-            grad_output, decays, output, initial_state, ctx.axis, ctx.reverse)
-        grad_decays = _sum_to(grad_decays, decays.shape, decays.dtype)
-        grad_impulses = _sum_to(grad_impulses, ctx.impulses_shape, ctx.impulses_dtype)
-        if grad_state is not None:
-            grad_state = _sum_to(grad_state, initial_state.shape, initial_state.dtype)
-        return grad_decays, grad_impulses, grad_state, None, None, None
+        return _operand_gradients(ctx, _differentiable_vjp(
+            grad_output, decays, output, initial_state, ctx.axis, ctx.reverse))
 
 
 class _DualRecurrence(_Recurrence):
