@@ -9,6 +9,7 @@ import pytest
 
 from cuscan import signal
 from tests.conftest import require
+from tests.reference import EXTENDED, direct_form_extended
 
 ss = require("scipy.signal")
 
@@ -114,6 +115,66 @@ def test_conjugate_pairs_near_the_real_axis(backend):
             result = backend.to_numpy(signal.lfilter([1.0, 0.5], a, backend.asarray(x)))
             # the recurrences' own rounding grows as 1 / (1 - radius)
             assert relative_error(result, expected) <= 1e-12 / (1 - radius), (radius, poles)
+
+
+@pytest.mark.skipif(not EXTENDED, reason="needs an extended-precision long double")
+@pytest.mark.parametrize("design", [
+    (ss.butter, (4, 0.0018)), (ss.bessel, (4, 0.0018)), (ss.cheby1, (4, 0.83, 0.0044)),
+    (ss.ellip, (4, 0.37, 70, 0.0018)), (ss.bessel, (5, (0.053, 0.15), "bandpass")),
+    (ss.cheby1, (4, 2, (0.01, 0.19), "bandpass")), (ss.cheby2, (3, 51, (0.0033, 0.15), "bandpass")),
+    (ss.ellip, (5, 1.5, 40, (0.034, 0.995), "bandstop")),
+], ids=lambda design: f"{design[0].__name__}{design[1]}")
+def test_lfilter_transfer_function_designs(backend, design):
+    """Designs in (b, a) form of orders 4 to 10, against the direct form in extended
+    precision: the poles come from `a` to working precision, so the cascade is the filter
+    `b, a` define (SciPy's own float64 direct form is off by up to 1.5e-7 on these)."""
+    function, arguments = design
+    b, a = function(*arguments)
+    x = np.random.default_rng(8).standard_normal((2, 3000))
+    result = backend.to_numpy(signal.lfilter(b, a, backend.asarray(x)))
+    assert relative_error(result, direct_form_extended(b, a, x)) <= BOUND[np.float64]
+
+
+@pytest.mark.parametrize("poles", [
+    [0.75] * 6, [-0.5] * 5 + [0.875] * 3, [0.5 + 0.5j, 0.5 - 0.5j] * 4,
+    [0.9375 + 0.25j, 0.9375 - 0.25j] * 3 + [0.96875] * 2,
+], ids=["6x0.75", "5x-0.5,3x0.875", "4x(0.5+-0.5j)", "3x(0.94+-0.25j),2x0.97"])
+def test_lfilter_repeated_poles(backend, poles):
+    """Multiple poles, with `a` exact in binary: its roots are the poles exactly, where the
+    companion matrix's eigenvalues (np.roots) are off by up to eps^(1/multiplicity)."""
+    a = np.poly(poles).real
+    assert np.allclose(np.poly(np.roots(a)), a)  # ... though np.roots is backward stable
+    x = np.random.default_rng(9).standard_normal((2, 2000))
+    expected = x
+    for pole in poles:  # one first-order recurrence per pole: well conditioned
+        expected = ss.lfilter([1.0], [1.0, -pole], expected)
+    expected = expected.real
+    result = backend.to_numpy(signal.lfilter([1.0], a, backend.asarray(x)))
+    assert relative_error(result, expected) <= 1e-10
+
+
+@pytest.mark.parametrize(("delay", "gain"), [(100, 0.999), (130, 0.99)])
+def test_lfilter_feedback_comb(backend, delay, gain):
+    """``y[n] = x[n] + 2 x[n-1] + g y[n-delay]``: poles spread evenly round the circle, applied
+    so that the intermediate signal stays small (in angular order it grows by 1e15). Above
+    an order of 128 the roots are the companion matrix's eigenvalues, unrefined."""
+    a = np.zeros(delay + 1)
+    a[0], a[-1] = 1.0, -gain ** delay
+    x = np.random.default_rng(10).standard_normal(3000)
+    result = backend.to_numpy(signal.lfilter([1.0, 2.0], a, backend.asarray(x)))
+    assert relative_error(result, ss.lfilter([1.0, 2.0], a, x)) <= BOUND[np.float64]
+
+
+@pytest.mark.skipif(not EXTENDED, reason="needs an extended-precision long double")
+@pytest.mark.parametrize("order", [16, 48, 64])
+def test_lfilter_autoregressive(backend, order):
+    """All-pole filters of high order with poles at random angles, as in linear prediction."""
+    rng = np.random.default_rng(order)
+    poles = rng.uniform(0.8, 0.99, order // 2) * np.exp(1j * rng.uniform(0, np.pi, order // 2))
+    a = np.poly(np.concatenate([poles, poles.conj()])).real
+    x = rng.standard_normal((2, 3000))
+    result = backend.to_numpy(signal.lfilter([1.0], a, backend.asarray(x)))
+    assert relative_error(result, direct_form_extended([1.0], a, x)) <= BOUND[np.float64]
 
 
 @pytest.mark.parametrize(("b", "a"), [([0.2, 0.3], [1.0, -0.9, 0.2]), ([1.0, 2.0], [3.0, -1.0]),
@@ -858,3 +919,14 @@ def test_jax_without_64_bit_mode():
                    signal.ema(signal_, np.float64(0.3)), signal.ema(signal_, 0.3, adjust=True)]
     assert all(r.dtype == jax.numpy.float32 for r in results)
     np.testing.assert_allclose(np.asarray(results[2]), ss.sosfilt(sos, x), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not EXTENDED, reason="needs an extended-precision long double")
+def test_accuracy_benchmark_runs():
+    """benchmarks/signal_accuracy.py on a few designs (its numbers are in docs/signal.md)."""
+    from benchmarks import signal_accuracy
+
+    for name in ("lfilter", "sosfilt"):
+        result = signal_accuracy.study(name, 4, 300, seed=1)
+        assert len(result["rows"]) == 4
+        assert all(np.isfinite(row["cuscan_error"]) for row in result["rows"])
