@@ -156,7 +156,7 @@ def test_lfilter_repeated_poles(backend, poles):
 @pytest.mark.parametrize(("delay", "gain"), [(100, 0.999), (130, 0.99)])
 def test_lfilter_feedback_comb(backend, delay, gain):
     """``y[n] = x[n] + 2 x[n-1] + g y[n-delay]``: poles spread evenly round the circle, applied
-    so that the intermediate signal stays small (in angular order it grows by 1e15). Above
+    so that the intermediate signal stays small (in angular order it grows by 1e14). Above
     an order of 128 the roots are the companion matrix's eigenvalues, unrefined."""
     a = np.zeros(delay + 1)
     a[0], a[-1] = 1.0, -gain ** delay
