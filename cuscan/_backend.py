@@ -29,10 +29,7 @@ def library(value: object) -> str | None:
         return None
     module = type(value).__module__.partition(".")[0]
     lib = _ALIASES.get(module, module)
-    if (lib not in _BACKENDS and lib not in _ADAPTERS and not interchangeable(value)
-            and hasattr(value, "__array__")):
-        return "numpy"
-    return lib
+    return "numpy" if _unviewable(lib, value) and hasattr(value, "__array__") else lib
 
 
 def cupy_for(what: str) -> ModuleType:
@@ -50,8 +47,16 @@ def interchangeable(value: object) -> bool:
     return hasattr(value, "__dlpack__") or hasattr(value, "__cuda_array_interface__")
 
 
-def _library(operands: dict[str, object]) -> tuple[str, str | None]:
-    """The one library of the operands (numpy if none) and an argument from it."""
+def _unviewable(lib: str, value: object) -> bool:
+    """Whether ``value``, from ``lib``, is neither a backend's or adapter's array nor one
+    that DLPack or CUDA's interface can view."""
+    return lib not in _BACKENDS and lib not in _ADAPTERS and not interchangeable(value)
+
+
+def which(operands: dict[str, object]) -> str:
+    """The one library of the operands (name -> value): numpy if none, "interchange" for
+    other arrays with DLPack or CUDA's interface. TypeError for an unsupported library, or
+    for two (NumPy arrays beside JAX or TensorFlow tensors aside)."""
     found: dict[str, str] = {}
     for name, value in operands.items():
         lib = library(value)
@@ -59,7 +64,7 @@ def _library(operands: dict[str, object]) -> tuple[str, str | None]:
             found.setdefault(lib, name)
     for lib, name in found.items():
         value = operands[name]
-        if lib not in _BACKENDS and lib not in _ADAPTERS and not interchangeable(value):
+        if _unviewable(lib, value):
             raise TypeError(
                 f"`{name}` is a {type(value).__name__} from {lib}, which cuscan does not "
                 "support; expected a NumPy or CuPy array, a torch, JAX or TensorFlow tensor, "
@@ -76,15 +81,7 @@ def _library(operands: dict[str, object]) -> tuple[str, str | None]:
             "Convert them to one library first"
         )
     lib = next(iter(found), "numpy")
-    if lib not in _BACKENDS and lib not in _ADAPTERS:
-        lib = "interchange"
-    return lib, found.get(lib)
-
-
-def which(operands: dict[str, object]) -> str:
-    """The one library of the operands (name -> value): numpy if none, "interchange" for
-    other arrays with DLPack or CUDA's interface; raises as `adapter` does."""
-    return _library(operands)[0]
+    return lib if lib in _BACKENDS or lib in _ADAPTERS else "interchange"
 
 
 def adapter(operands: dict[str, object]) -> ModuleType | None:
@@ -95,7 +92,7 @@ def adapter(operands: dict[str, object]) -> ModuleType | None:
     TypeError
         If arrays of more than one library are mixed, or the library is unsupported.
     """
-    lib, _ = _library(operands)
+    lib = which(operands)
     if lib == "torch":
         # An import statement, not importlib, so that torch.compile traces through.
         from cuscan import _torch
@@ -118,7 +115,7 @@ def adapter(operands: dict[str, object]) -> ModuleType | None:
 
 def select(operands: dict[str, object]) -> ModuleType:
     """The backend module computing on these operands (name -> value); see `adapter`."""
-    lib, _ = _library(operands)
+    lib = which(operands)
     if lib not in _BACKENDS:
         raise TypeError(f"{lib} tensors go through cuscan's front door, not a backend")
     return importlib.import_module(_BACKENDS[lib])

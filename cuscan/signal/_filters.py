@@ -88,14 +88,14 @@ def _normalized(b, a) -> tuple[np.ndarray, np.ndarray]:
     return b / a[0], a / a[0]
 
 
-def _pole_stages(a: np.ndarray) -> list[tuple[complex, ...]]:
+def _pole_stages(a: np.ndarray) -> tuple[tuple[complex, ...], ...]:
     """The poles of ``1 / a(z)`` grouped into real poles and conjugate pairs, in the
     order to apply them.
 
     ``1 / a(z) = prod 1 / (1 - p z^-1)``: each stage is a first-order
     recurrence with decay p. A conjugate pair together gives a real result.
     """
-    return list(_stages(a.tobytes(), a.dtype.str))
+    return _stages(a.tobytes(), a.dtype.str)
 
 
 @functools.lru_cache(maxsize=256)
