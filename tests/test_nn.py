@@ -14,13 +14,27 @@ def loop_reference(model, x, state=None):
     """The layers' equations stepped one time step at a time in plain torch (time-major)."""
     finals = []
     for index, layer in enumerate(model.layers):
-        layer_state = None if state is None else (
-            tuple(s[index] for s in state) if isinstance(state, tuple) else state[index])
-        x, final = _loop_layer(layer, x, layer_state)
+        x, final = _loop_layer(layer, x, layer_state(model, state, index))
         finals.append(final)
+    return x, stacked(model, finals)
+
+
+def layer_state(model, state, index):
+    """Layer ``index``'s part of a stack's state, as ``_loop_layer`` takes it."""
+    if state is None:
+        return None
+    if isinstance(model, QRNN):
+        return state[0][index], state[1][index]
+    return tuple(s[index] for s in state) if isinstance(state, tuple) else state[index]
+
+
+def stacked(model, finals):
+    """A stack's state from its layers' (the inverse of ``layer_state``)."""
+    if isinstance(model, QRNN):
+        return torch.stack([c for c, _ in finals]), tuple(last for _, last in finals)
     if isinstance(finals[0], tuple):
-        return x, tuple(torch.stack(parts) for parts in zip(*finals, strict=True))
-    return x, torch.stack(finals)
+        return tuple(torch.stack(parts) for parts in zip(*finals, strict=True))
+    return torch.stack(finals)
 
 
 def _loop_layer(layer, x, state):
@@ -58,7 +72,7 @@ def _loop_layer(layer, x, state):
             c = f * c + (1 - f) * candidate
             outputs.append(r * torch.tanh(c) + (1 - r) * layer.highway(x[t]))
         return torch.stack(outputs), c
-    c = zeros if state is None else state
+    c, before = (zeros, None) if state is None else state
     weight, bias = layer.conv.weight, layer.conv.bias  # (3H, m, k)
     for t in range(steps):
         pre = bias.expand(batch, -1).clone()
@@ -66,11 +80,14 @@ def _loop_layer(layer, x, state):
             source = t - (layer.window - 1) + k
             if source >= 0:
                 pre = pre + x[source] @ weight[:, :, k].T
+            elif before is not None:  # the given inputs before the start, in time order
+                pre = pre + before[source + layer.window - 1] @ weight[:, :, k].T
         z, f, o = pre.chunk(3, dim=-1)
         f = torch.sigmoid(f)
         c = f * c + (1 - f) * torch.tanh(z)
         outputs.append(torch.sigmoid(o) * c)
-    return torch.stack(outputs), c
+    before = x.new_zeros(layer.window - 1, *x.shape[1:]) if before is None else before
+    return torch.stack(outputs), (c, torch.cat([before, x])[steps:])
 
 
 MODELS = {
@@ -93,13 +110,32 @@ def make(name, method="auto", num_layers=2, batch_first=False, inputs=3, hidden=
 
 def random_state(model, batch, generator):
     shape = (len(model.layers), batch, model.hidden_size)
+    if isinstance(model, QRNN):
+        return torch.randn(shape, generator=generator, dtype=torch.float64), tuple(
+            torch.randn(model.window - 1, batch, layer.conv.in_channels, generator=generator,
+                        dtype=torch.float64) for layer in model.layers)
     parts = tuple(torch.randn(shape, generator=generator, dtype=torch.float64)
                   for _ in model.state_names)
     return parts[0] if len(parts) == 1 else parts
 
 
 def flat(state):
-    return list(state) if isinstance(state, tuple) else [state]
+    """The tensors of a state, in order."""
+    if isinstance(state, torch.Tensor):
+        return [state]
+    return [tensor for part in state for tensor in flat(part)]
+
+
+def unflat(like, tensors):
+    """``tensors`` (consumed from an iterator) in the structure of the state ``like``."""
+    if isinstance(like, torch.Tensor):
+        return next(tensors)
+    return tuple(unflat(part, tensors) for part in like)
+
+
+def each(state, change):
+    """``change`` applied to every tensor of a state, its structure kept."""
+    return unflat(state, iter([change(tensor) for tensor in flat(state)]))
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -139,7 +175,8 @@ def test_shapes_batch_first_and_states(name):
     x = torch.randn(2, 17, inputs, dtype=torch.float64)
     output, final = model(x)
     assert output.shape == (2, 17, model.hidden_size)
-    assert all(s.shape == (3, 2, model.hidden_size) for s in flat(final))
+    like = random_state(model, 2, torch.Generator().manual_seed(5))
+    assert [s.shape for s in flat(final)] == [s.shape for s in flat(like)]
     time_major, _ = make(name, batch_first=False, num_layers=3)
     expected, expected_final = time_major(x.transpose(0, 1))
     torch.testing.assert_close(output, expected.transpose(0, 1))
@@ -153,17 +190,28 @@ def test_shapes_batch_first_and_states(name):
         torch.testing.assert_close(mine, given)
 
 
-@pytest.mark.parametrize("name", ["gilr", "gilr-lstm", "sru", "qrnn-1"])
-def test_state_carries_across_blocks(name):
-    """Run in two blocks, the final state of the first starting the second: the same as
-    one run (a QRNN with a wider window would also need the previous inputs)."""
-    model, inputs = make(name)
-    x = torch.randn(120, 3, inputs, dtype=torch.float64)
-    whole, final = model(x)
-    first, middle = model(x[:50])
-    second, final_blocks = model(x[50:], middle)
-    torch.testing.assert_close(torch.cat([first, second]), whole)
-    for mine, theirs in zip(flat(final_blocks), flat(final), strict=True):
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_state_carries_across_blocks(name, batch_first):
+    """Run in blocks, the final state of each starting the next: the same as one run, in
+    value and gradient, for blocks shorter than a QRNN's window too (its state carries
+    the inputs its next steps read)."""
+    model, inputs = make(name, batch_first=batch_first)
+    x = torch.randn(120, 3, inputs, dtype=torch.float64, requires_grad=True)
+    seen = x.transpose(0, 1) if batch_first else x
+    whole, final = model(seen)
+    outputs, state = [], None
+    for start, stop in [(0, 50), (50, 53), (53, 54), (54, 54), (54, 120)]:
+        output, state = model(seen[:, start:stop] if batch_first else seen[start:stop], state)
+        outputs.append(output)
+    blocks = torch.cat(outputs, dim=1 if batch_first else 0)
+    torch.testing.assert_close(blocks, whole)
+    for mine, theirs in zip(flat(state), flat(final), strict=True):
+        torch.testing.assert_close(mine, theirs)
+    weights = torch.randn(whole.shape, dtype=torch.float64)
+    expected = torch.autograd.grad((whole * weights).sum(), [x, *model.parameters()])
+    grads = torch.autograd.grad((blocks * weights).sum(), [x, *model.parameters()])
+    for mine, theirs in zip(grads, expected, strict=True):
         torch.testing.assert_close(mine, theirs)
 
 
@@ -171,11 +219,11 @@ def test_state_carries_across_blocks(name):
 def test_gradcheck(name):
     model, inputs = make(name, "parallel", hidden=2)
     x = torch.randn(6, 2, inputs, dtype=torch.float64, requires_grad=True)
-    state = random_state(model, 2, torch.Generator().manual_seed(6))
-    state = tuple(s.requires_grad_() for s in flat(state))
+    like = random_state(model, 2, torch.Generator().manual_seed(6))
+    state = [s.requires_grad_() for s in flat(like)]
 
     def function(x, *state):
-        output, final = model(x, state if len(state) > 1 else state[0])
+        output, final = model(x, unflat(like, iter(state)))
         return output, *flat(final)
 
     assert torch.autograd.gradcheck(function, (x, *state))
@@ -207,8 +255,7 @@ def test_packed_sequences(name, enforce_sorted, bidirectional):
 
     alone_loss = 0
     for index, (sequence, length) in enumerate(zip(sequences, lengths, strict=True)):
-        own = tuple(s[:, index] for s in flat(state))
-        alone, alone_final = model(sequence, own if len(own) > 1 else own[0])
+        alone, alone_final = model(sequence, each(state, lambda s, i=index: s[:, i]))
         torch.testing.assert_close(padded[index, :length], alone)
         for mine, theirs in zip(flat(final), flat(alone_final), strict=True):
             torch.testing.assert_close(mine[:, index], theirs)
@@ -226,12 +273,11 @@ def test_unbatched_sequence(name):
     generator = torch.Generator().manual_seed(8)
     x = torch.randn(11, inputs, generator=generator, dtype=torch.float64)
     state = random_state(model, 1, generator)
-    output, final = model(x, tuple(s[:, 0] for s in flat(state)) if isinstance(state, tuple)
-                          else state[:, 0])
+    output, final = model(x, each(state, lambda s: s[:, 0]))
     expected, expected_final = model(x[None], state)
     torch.testing.assert_close(output, expected[0])
     for mine, theirs in zip(flat(final), flat(expected_final), strict=True):
-        assert mine.shape == (2, model.hidden_size)
+        assert mine.shape == theirs[:, 0].shape
         torch.testing.assert_close(mine, theirs[:, 0])
 
 
@@ -249,20 +295,21 @@ def test_bidirectional_matches_the_equations(name):
     assert output.shape == (40, 3, 2 * model.hidden_size)
     expected, finals = x, []
     for index, layer in enumerate(model.layers):
-        own = tuple(s[index] for s in flat(state))
-        own = own if len(own) > 1 else own[0]
+        own = layer_state(model, state, index)
         if index % 2 == 0:
             forward, end = _loop_layer(layer, expected, own)
         else:
+            if isinstance(model, QRNN):  # the given inputs after the end, in time order
+                own = own[0], own[1].flip(0)
             backward, start = _loop_layer(layer, expected.flip(0), own)
+            if isinstance(model, QRNN):  # the first inputs, in time order
+                start = start[0], start[1].flip(0)
             expected = torch.cat([forward, backward.flip(0)], dim=-1)
             finals += [end, start]
     torch.testing.assert_close(output, expected, rtol=1e-10, atol=1e-10)
-    for position, part in enumerate(flat(final)):
-        theirs = torch.stack([flat(f)[position] for f in finals])
-        torch.testing.assert_close(part, theirs, rtol=1e-10, atol=1e-10)
-    single, single_final = model(x[:, 1], tuple(s[:, 1] for s in flat(state))
-                                 if isinstance(state, tuple) else state[:, 1])
+    for mine, theirs in zip(flat(final), flat(stacked(model, finals)), strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-10, atol=1e-10)
+    single, single_final = model(x[:, 1], each(state, lambda s: s[:, 1]))
     torch.testing.assert_close(single, output[:, 1])
     for mine, theirs in zip(flat(single_final), flat(final), strict=True):
         torch.testing.assert_close(mine, theirs[:, 1])
@@ -301,7 +348,7 @@ def test_errors():
         GILR(3, 4, batch_first=True)(torch.randn(5, 2))
     with pytest.raises(ValueError, match=r"shape \(1, 2, 4\)"):
         model(torch.randn(5, 2, 3), torch.zeros(2, 2, 4))
-    with pytest.raises(ValueError, match=r"shape \(1, 4\); got shapes \[\(1, 2, 4\)\]"):
+    with pytest.raises(ValueError, match=r"shape \(1, 4\); got \(1, 2, 4\)"):
         model(torch.randn(5, 3), torch.zeros(1, 2, 4))  # unbatched inputs, batched state
     with pytest.raises(ValueError, match=r"\('surrogate', 'cell'\)"):
         GILRLSTM(3, 4)(torch.randn(5, 2, 3), torch.zeros(1, 2, 4))
@@ -323,6 +370,19 @@ def test_errors():
         GILR(3, 4, dropout=1.5)
     with pytest.raises(ValueError, match=r"shape \(2, 2, 4\)"):
         QRNN(3, 4, bidirectional=True)(torch.randn(5, 2, 3), torch.zeros(1, 2, 4))
+    qrnn, x, c = QRNN(3, 4, num_layers=2, window=3), torch.randn(7, 5, 3), torch.zeros(2, 5, 4)
+    with pytest.raises(ValueError, match=(
+            r"expected the state as c of shape \(2, 5, 4\), or the pair \(c, inputs\) with "
+            r"inputs 2 tensor\(s\) of shapes \[\(2, 5, 3\), \(2, 5, 4\)\]; "
+            r"got \[\(2, 5, 4\), \[\(2, 5, 3\)\]\]")):
+        qrnn(x, (c, [torch.zeros(2, 5, 3)]))
+    with pytest.raises(ValueError, match=r"got \[\(2, 5, 4\), \[\(2, 5, 3\), \(1, 5, 4\)\]\]"):
+        qrnn(x, (c, [torch.zeros(2, 5, 3), torch.zeros(1, 5, 4)]))
+    with pytest.raises(ValueError, match=r"c of shape \(2, 4\), .* shapes \[\(2, 3\), "
+                       r"\(2, 4\)\]; got \[\(2, 5, 4\), NoneType, NoneType\]"):
+        qrnn(x[:, 0], (c, None, None))
+    with pytest.raises(ValueError, match=r"got str"):
+        GILRLSTM(3, 4)(x, "state")
 
 
 @pytest.mark.parametrize("name", ["gilr-lstm", "qrnn-10"])

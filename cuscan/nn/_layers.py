@@ -26,10 +26,11 @@ class _Stack(nn.Module):
     """Layers of one kind stacked; handles the input layouts, ``method`` and the states.
 
     Subclasses make their layers with ``_layer(input_size, hidden_size)``. A
-    layer maps time-major ``(T, B, input)`` and its initial states (a tuple in
-    the order of ``state_names``, None for zeros) to ``(T, B, hidden)`` and
-    the sequence of each state over time, ``(T, B, hidden)``; the stack reads
-    the final states from those. States stack along a leading layer dimension.
+    layer is called with time-major ``(T, B, input)``, its initial states (a
+    tuple in the order of ``state_names``, None for zeros), ``method`` and the
+    sequences' lengths (None when all are ``T``), and returns ``(T, B, hidden)``
+    and its final states, each sequence's after its own last step. States
+    stack along a leading layer dimension (``_split`` and ``_join``).
     """
 
     state_names: tuple[str, ...] = ("h",)
@@ -70,11 +71,12 @@ class _Stack(nn.Module):
             ``batch_first``; ``(T, input_size)`` for one unbatched sequence; or
             a ``torch.nn.utils.rnn.PackedSequence`` of sequences of different
             lengths.
-        state : Tensor or tuple of Tensor, optional
+        state : Tensor or tuple, optional
             The initial state: ``(num_layers * directions, B, hidden_size)`` per
             state tensor (see ``state_names``; directions is 2 when
             bidirectional), ``(num_layers * directions, hidden_size)`` for
-            unbatched inputs; zeros when omitted. For a PackedSequence, ``B`` runs in the
+            unbatched inputs (see :class:`QRNN` for its inputs); zeros when
+            omitted. For a PackedSequence, ``B`` runs in the
             order of the sequences before packing, as for ``torch.nn.LSTM``.
 
         Returns
@@ -82,7 +84,7 @@ class _Stack(nn.Module):
         output : Tensor or PackedSequence
             The last layer's outputs, in the layout of `inputs` with
             ``hidden_size`` features (twice that when bidirectional).
-        state : Tensor or tuple of Tensor
+        state : Tensor or tuple
             The final state, in the layout of `state`; with a PackedSequence,
             each sequence's state after its own last step.
         """
@@ -95,11 +97,8 @@ class _Stack(nn.Module):
             packed = nn.utils.rnn.pack_padded_sequence(output, lengths)
             return inputs._replace(data=packed.data), final
         if inputs.ndim == 2 and inputs.shape[-1] == self.input_size:
-            if state is not None:
-                self._parts(state, (len(self.layers), self.hidden_size))
-                state = self._stacked(state, lambda s: s.unsqueeze(1))
-            output, final = self._run(inputs.unsqueeze(1), state, None)
-            return output.squeeze(1), self._stacked(final, lambda s: s.squeeze(1))
+            output, final = self._run(inputs.unsqueeze(1), state, None, batched=False)
+            return output.squeeze(1), final
         if inputs.ndim != 3 or inputs.shape[-1] != self.input_size:
             order = "(B, T, input_size)" if self.batch_first else "(T, B, input_size)"
             raise ValueError(f"expected inputs of shape {order} or (T, input_size) with "
@@ -109,9 +108,12 @@ class _Stack(nn.Module):
         output, final = self._run(x, state, None)
         return (output.transpose(0, 1) if self.batch_first else output), final
 
-    def _run(self, x, state, lengths):
-        """The stack over time-major ``x``; finals at ``lengths - 1`` when given."""
-        states = self._split(state, x.shape[1])
+    def _run(self, x, state, lengths, batched=True):
+        """The stack over time-major ``x``; finals at ``lengths - 1`` when given.
+
+        Not ``batched``: ``x`` holds one sequence as a batch of one, and the states
+        in and out have no batch dimension."""
+        states = self._split(state, x.shape[1] if batched else None)
         directions = 2 if self.bidirectional else 1
         finals = []
         for index, (layer, initial) in enumerate(zip(self.layers, states, strict=True)):
@@ -122,35 +124,35 @@ class _Stack(nn.Module):
                 inputs, outputs = x, []
             # The backward direction runs forward over each sequence reversed.
             seen = _reversed(inputs, lengths) if direction else inputs
-            output, sequences = layer(seen, initial, self.method)
+            output, final = layer(seen, initial, self.method, lengths)
             outputs.append(_reversed(output, lengths) if direction else output)
-            finals.append(tuple(
-                _final(sequence, start, lengths) for sequence, start in zip(
-                    sequences, initial, strict=True)))
+            finals.append(final)
             if direction == directions - 1:
                 x = torch.cat(outputs, dim=-1) if directions > 1 else output
-        joined = tuple(torch.stack(parts) for parts in zip(*finals, strict=True))
-        return x, joined[0] if len(joined) == 1 else joined
+        return x, self._join(finals, batched)
 
-    def _split(self, state, batch: int) -> list:
-        """Per-layer tuples of initial states (None for zeros) from the stacked layout."""
+    def _split(self, state, batch: int | None) -> list:
+        """Per-layer tuples of initial states (None for zeros) from the stacked layout;
+        ``batch`` None for an unbatched state, given a batch of one."""
         if state is None:
             return [(None,) * len(self.state_names)] * len(self.layers)
-        parts = self._parts(state, (len(self.layers), batch, self.hidden_size))
+        layers = len(self.layers)
+        shape = (layers, self.hidden_size) if batch is None else (
+            layers, batch, self.hidden_size)
+        parts = (state,) if len(self.state_names) == 1 else state
+        if (not isinstance(parts, (tuple, list)) or len(parts) != len(self.state_names)
+                or not all(isinstance(p, torch.Tensor) and p.shape == shape for p in parts)):
+            raise ValueError(f"expected the state as {len(self.state_names)} tensor(s) "
+                             f"{self.state_names} of shape {shape}; got {_shapes(state)}")
+        if batch is None:
+            parts = [p.unsqueeze(1) for p in parts]
         return list(zip(*(p.unbind(0) for p in parts), strict=True))
 
-    def _parts(self, state, shape: tuple) -> tuple:
-        """The tensors of ``state``, each checked to have ``shape``."""
-        parts = (state,) if len(self.state_names) == 1 else tuple(state)
-        if len(parts) != len(self.state_names) or any(p.shape != shape for p in parts):
-            got = [tuple(p.shape) for p in parts]
-            raise ValueError(f"expected the state as {len(self.state_names)} tensor(s) "
-                             f"{self.state_names} of shape {shape}; got shapes {got}")
-        return parts
-
-    def _stacked(self, state, change):
-        """``change`` applied to each tensor of a state in the stacked layout."""
-        return change(state) if len(self.state_names) == 1 else tuple(map(change, state))
+    def _join(self, finals: list, batched: bool):
+        """The stacked layout of the layers' final states (the inverse of ``_split``)."""
+        joined = tuple(torch.stack(parts) if batched else torch.stack(parts).squeeze(1)
+                       for parts in zip(*finals, strict=True))
+        return joined[0] if len(joined) == 1 else joined
 
     def extra_repr(self) -> str:
         options = "".join(f", {name}={getattr(self, name)}" for name in (
@@ -165,6 +167,15 @@ def _check_count(name: str, value) -> None:
         raise TypeError(f"`{name}` must be an integer; got {type(value).__name__}")
     if value < 1:
         raise ValueError(f"`{name}` must be at least 1; got {value}")
+
+
+def _shapes(state) -> str:
+    """The shapes in a state, for messages: nested as the state is, types for the rest."""
+    if isinstance(state, torch.Tensor):
+        return str(tuple(state.shape))
+    if isinstance(state, (tuple, list)):
+        return f"[{', '.join(map(_shapes, state))}]"
+    return type(state).__name__
 
 
 def _reversed(x, lengths):
@@ -194,11 +205,15 @@ class _GILRLayer(nn.Module):
         super().__init__()
         self.linear = nn.Linear(input_size, 2 * hidden_size)  # U and V with b_g, b_z
 
-    def forward(self, x, state, method):
+    def sequence(self, x, initial, method):
+        """``h`` at every step."""
         gate, impulse = self.linear(x).chunk(2, dim=-1)
         gate = torch.sigmoid(gate)
-        h = _scan(gate, (1 - gate) * torch.tanh(impulse), state[0], method)
-        return h, (h,)
+        return _scan(gate, (1 - gate) * torch.tanh(impulse), initial, method)
+
+    def forward(self, x, state, method, lengths):
+        h = self.sequence(x, state[0], method)
+        return h, (_final(h, state[0], lengths),)
 
 
 class GILR(_Stack):
@@ -249,15 +264,16 @@ class _GILRLSTMLayer(nn.Module):
         self.inputs = nn.Linear(input_size, 4 * hidden_size)  # V_{f,i,o,z}, b_{f,i,o,z}
         self.recurrent = nn.Linear(hidden_size, 4 * hidden_size, bias=False)  # U_{f,i,o,z}
 
-    def forward(self, x, state, method):
+    def forward(self, x, state, method, lengths):
         surrogate_state, cell_state = state
-        surrogate, _ = self.surrogate(x, (surrogate_state,), method)
+        surrogate = self.surrogate.sequence(x, surrogate_state, method)
         pre = self.inputs(x) + self.recurrent(_previous(surrogate, surrogate_state))
         forget, inp, out, candidate = pre.chunk(4, dim=-1)
         forget = torch.sigmoid(forget)
         c = _scan(forget, torch.sigmoid(inp) * torch.tanh(candidate), cell_state, method)
         h = torch.sigmoid(out) * c
-        return h, (surrogate, c)
+        return h, (_final(surrogate, surrogate_state, lengths),
+                   _final(c, cell_state, lengths))
 
 
 class GILRLSTM(_Stack):
@@ -302,12 +318,12 @@ class _SRULayer(nn.Module):
         self.highway = (nn.Identity() if input_size == hidden_size
                         else nn.Linear(input_size, hidden_size, bias=False))
 
-    def forward(self, x, state, method):
+    def forward(self, x, state, method, lengths):
         candidate, forget, reset = self.linear(x).chunk(3, dim=-1)
         forget, reset = torch.sigmoid(forget), torch.sigmoid(reset)
         c = _scan(forget, (1 - forget) * candidate, state[0], method)
         h = reset * torch.tanh(c) + (1 - reset) * self.highway(x)
-        return h, (c,)
+        return h, (_final(c, state[0], lengths),)
 
 
 class SRU(_Stack):
@@ -343,18 +359,27 @@ class _QRNNLayer(nn.Module):
         # One causal convolution giving Z, F and O.
         self.conv = nn.Conv1d(input_size, 3 * hidden_size, window)
 
-    def forward(self, x, state, method):
-        # (T, B, m) -> (B, m, T), zero-padded on the left so step t sees x[t-k+1 .. t].
-        if len(x):
-            padded = nn.functional.pad(x.permute(1, 2, 0), (self.window - 1, 0))
-            pre = self.conv(padded).permute(2, 0, 1)
-        else:  # torch's convolution refuses empty inputs
-            pre = x.new_zeros(0, x.shape[1], self.conv.out_channels)
+    def forward(self, x, state, method, lengths):
+        initial, before = state
+        steps, batch, features = x.shape
+        # The window - 1 inputs before the first step (zeros unless given), then x:
+        # step t sees rows t to t + window - 1 of the whole.
+        whole = torch.cat([x.new_zeros(self.window - 1, batch, features) if before is None
+                           else before, x])
+        if steps:  # (T + window - 1, B, m) -> (B, m, T + window - 1) -> (T, B, 3H)
+            pre = self.conv(whole.permute(1, 2, 0)).permute(2, 0, 1)
+        else:  # torch's convolution refuses an input shorter than its filter
+            pre = x.new_zeros(0, batch, self.conv.out_channels)
         z, f, o = pre.chunk(3, dim=-1)
         f = torch.sigmoid(f)
-        c = _scan(f, (1 - f) * torch.tanh(z), state[0], method)
+        c = _scan(f, (1 - f) * torch.tanh(z), initial, method)
         h = torch.sigmoid(o) * c
-        return h, (c,)
+        # The inputs the next block's first steps see: the window - 1 before the end.
+        ends = (torch.full((batch,), steps, device=x.device) if lengths is None
+                else lengths.to(x.device))
+        rows = ends + torch.arange(self.window - 1, device=x.device)[:, None]
+        last = whole.gather(0, rows[..., None].expand(-1, -1, features))
+        return h, (_final(c, initial, lengths), last)
 
 
 class QRNN(_Stack):
@@ -366,17 +391,36 @@ class QRNN(_Stack):
         c_t = f_t \odot c_{t-1} + (1 - f_t) \odot z_t, \quad h_t = o_t \odot c_t
 
     where ``*`` is a causal convolution over time of width `window`: step
-    ``t`` sees inputs ``t - window + 1`` to ``t``, with zeros before the
-    sequence's start. Parameters as for :class:`GILR`, plus `window` (the
-    filter width, default 2); the state is ``c``.
+    ``t`` sees inputs ``t - window + 1`` to ``t``. Parameters as for
+    :class:`GILR`, plus `window` (the filter width, default 2).
+
+    The state is the pair ``(c, inputs)``: ``c`` stacked as in
+    :class:`GILR`, and ``inputs`` a tuple with, for each layer (and
+    direction), the ``window - 1`` inputs it reads before the first step,
+    ``(window - 1, B, features)`` in time order (``(window - 1, features)``
+    for an unbatched sequence), where ``features`` is `input_size` for the
+    first layer and ``hidden_size`` (twice that when bidirectional) for the
+    others. The final state holds the last ``window - 1`` inputs of each
+    layer, so that a sequence run in blocks, each starting from the
+    previous one's final state, gives what one run gives. The initial state
+    may also be ``c`` alone, or omitted: the inputs before the start are then
+    zeros. A backward direction reads the inputs after the end instead; its
+    entry in ``inputs`` holds those (given) and the first ``window - 1``
+    inputs (final), again in time order.
 
     Examples
     --------
     >>> import torch
     >>> from cuscan.nn import QRNN
-    >>> output, c = QRNN(4, 8, window=10)(torch.randn(100, 3, 4))
-    >>> output.shape, c.shape
-    (torch.Size([100, 3, 8]), torch.Size([1, 3, 8]))
+    >>> model = QRNN(4, 8, num_layers=2, window=3)
+    >>> x = torch.randn(100, 3, 4)
+    >>> output, (c, inputs) = model(x)
+    >>> c.shape, [tuple(last.shape) for last in inputs]
+    (torch.Size([2, 3, 8]), [(2, 3, 4), (2, 3, 8)])
+    >>> first, state = model(x[:60])
+    >>> second, _ = model(x[60:], state)
+    >>> torch.allclose(torch.cat([first, second]), output, atol=1e-6)
+    True
     """
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, *,
@@ -386,10 +430,48 @@ class QRNN(_Stack):
         super().__init__(input_size, hidden_size, num_layers, batch_first=batch_first,
                          dropout=dropout, bidirectional=bidirectional, method=method,
                          window=window)
+        self.window = window
 
     def _layer(self, input_size, hidden_size, window):
         return _QRNNLayer(input_size, hidden_size, window)
 
+    def _split(self, state, batch):
+        layers = len(self.layers)
+        if state is None:
+            return [(None, None)] * layers
+        c, before = (state, None) if isinstance(state, torch.Tensor) else (
+            state if isinstance(state, (tuple, list)) and len(state) == 2 else (None, None))
+        batched = () if batch is None else (batch,)
+        shape = (layers, *batched, self.hidden_size)
+        shapes = [(self.window - 1, *batched, layer.conv.in_channels) for layer in self.layers]
+        if not (isinstance(c, torch.Tensor) and c.shape == shape and (before is None or (
+                isinstance(before, (tuple, list)) and len(before) == layers and all(
+                    isinstance(b, torch.Tensor) and b.shape == s
+                    for b, s in zip(before, shapes, strict=True))))):
+            raise ValueError(f"expected the state as c of shape {shape}, or the pair "
+                             f"(c, inputs) with inputs {layers} tensor(s) of shapes {shapes}; "
+                             f"got {_shapes(state)}")
+        if batch is None:
+            c = c.unsqueeze(1)
+            before = None if before is None else [b.unsqueeze(1) for b in before]
+        if before is None:
+            return [(initial, None) for initial in c.unbind(0)]
+        # A backward direction reads its inputs in reverse, those after the end first.
+        return [(initial, b.flip(0) if self._backward(index) else b)
+                for index, (initial, b) in enumerate(zip(c.unbind(0), before, strict=True))]
+
+    def _join(self, finals, batched):
+        c = torch.stack([final[0] for final in finals])
+        inputs = tuple(last.flip(0) if self._backward(index) else last
+                       for index, (_, last) in enumerate(finals))
+        if not batched:
+            return c.squeeze(1), tuple(last.squeeze(1) for last in inputs)
+        return c, inputs
+
+    def _backward(self, index: int) -> bool:
+        """Whether layer ``index`` runs backward in time."""
+        return self.bidirectional and index % 2 == 1
+
     def extra_repr(self) -> str:
-        return super().extra_repr() + f", window={self.layers[0].window}"
+        return super().extra_repr() + f", window={self.window}"
 
