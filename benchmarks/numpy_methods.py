@@ -4,7 +4,9 @@ Times both methods on (T, width) float64 arrays over a grid and prints the
 parallel/serial time ratio; cuscan._numpy_backend's "auto" rule is drawn from
 it. Then times the parallel method's two layouts (contiguous copies, or
 strided views of the arrays) over widths, for float64 and complex128, which
-sets its _MAX_STRIDED_ROW. Writes results/numpy_methods.json.
+sets its _MAX_STRIDED_ROW; and time-contiguous operands, (C, T) along axis -1,
+scanned in time-major copies or as they are, which sets the rule of its
+_scattered. Writes results/numpy_methods.json.
 
     python -m benchmarks.numpy_methods
 """
@@ -19,6 +21,8 @@ from cuscan import _numpy_backend
 
 LENGTHS = [16, 32, 64, 128, 1024, 8192, 65536]
 WIDTHS = [1, 16, 64, 256, 512, 1024, 2048, 8192]
+SCATTERED_CHANNELS = [2, 8, 16, 32, 128, 512, 1000, 2048]
+SCATTERED_LENGTHS = [64, 256, 1000, 4096, 10000, 65536, 100000, 2**20]
 LAYOUT_SHAPES = [(1024, 1), (65536, 1), (2**22, 1), (1024, 4), (65536, 4), (1024, 16),
                  (65536, 16), (2**20, 16), (1024, 32), (65536, 32), (1024, 64), (65536, 64),
                  (8192, 256), (65536, 256), (4096, 1024)]
@@ -53,6 +57,40 @@ def layouts(rng) -> list[dict]:
     return rows
 
 
+def scattered(rng) -> list[dict]:
+    """Time-major copies over the operands as they are, for (C, T) along axis -1."""
+    rows = []
+    print("\ntime-major copies / as they are, (C, T) along axis -1, auto method; < 1 means"
+          " copies are faster; * marks the rule's choice of copies")
+    dtypes = (np.float32, np.float64, np.complex128)
+    print(f"{'C':>5} {'T':>8} " + " ".join(f"{np.dtype(d).name:>10}" for d in dtypes))
+    rule = _numpy_backend._scattered
+    try:
+        for channels in SCATTERED_CHANNELS:
+            for length in SCATTERED_LENGTHS:
+                if not 2**15 <= channels * length <= 2**22:
+                    continue
+                cells = []
+                for dtype in dtypes:
+                    x = rng.standard_normal((channels, length)).astype(dtype)
+                    a = rng.uniform(0, 1, (channels, length)).astype(dtype)
+                    chosen = rule(np.moveaxis(x, -1, 0), dtype)
+                    times = {}
+                    for layout, copy in (("copies", True), ("views", False)):
+                        _numpy_backend._scattered = lambda view, dtype, copy=copy: copy
+                        times[layout] = best_time(
+                            lambda a=a, x=x: cuscan.linear_recurrence(a, x, axis=-1), 5)
+                    rows.append({"channels": channels, "length": length,
+                                 "dtype": np.dtype(dtype).name, "chosen": bool(chosen),
+                                 "copies_s": times["copies"], "views_s": times["views"]})
+                    cells.append(f"{times['copies'] / times['views']:.2f}"
+                                 f"{'*' if chosen else ' '}")
+                print(f"{channels:>5} {length:>8} " + " ".join(f"{c:>10}" for c in cells))
+    finally:
+        _numpy_backend._scattered = rule
+    return rows
+
+
 def main() -> None:
     rng = np.random.default_rng(0)
     rows = []
@@ -76,8 +114,9 @@ def main() -> None:
             cells.append(f"{ratio:6.2f}{'*' if auto_parallel else ' '}")
         print(f"{length:>7} " + " ".join(cells))
     layout_rows = layouts(rng)
+    scattered_rows = scattered(rng)
     path = write("numpy_methods", {"environment": environment(), "rows": rows,
-                                   "layouts": layout_rows})
+                                   "layouts": layout_rows, "scattered": scattered_rows})
     print(f"wrote {path}")
 
 

@@ -7,7 +7,7 @@ import pytest
 
 import cuscan
 from tests import reference
-from tests.conftest import DTYPES, Backend, assert_close, dtype_of
+from tests.conftest import DTYPES, Backend, assert_close, dtype_of, tolerance
 
 METHODS = ["serial", "parallel", "auto"]
 # Awkward lengths: tiny, primes, powers of two and their neighbours, chunk edges.
@@ -250,6 +250,45 @@ def test_promotion_follows_numpy(backend):
     # NumPy scalars are strong, as in NumPy 2.
     assert cuscan.linear_recurrence(np.float64(0.5), f32).dtype == np.float64
     assert cuscan.linear_recurrence(np.float16(0.5), f32).dtype == np.float32
+
+
+@pytest.mark.parametrize("layout", ["copies", "views"])
+def test_numpy_time_contiguous(monkeypatch, layout):
+    """The NumPy backend scans time-contiguous operands, such as (C, T) along axis -1,
+    in time-major copies when they are long (or as they are): forward and backward give
+    the reference's results and those of the same data laid out time-major, for every
+    method, broadcast operands, half precision and complex data."""
+    from cuscan import _numpy_backend
+
+    monkeypatch.setattr(_numpy_backend, "_MIN_SCATTERED_LENGTH",
+                        1 if layout == "copies" else np.inf)
+    numpy = Backend("numpy")
+    rng = np.random.default_rng(37)
+    for shape in ((40, 257), (3, 20, 1031)):
+        for dtype in ("float16", "float32", "complex128"):
+            decays = make(rng, shape, dtype)
+            impulses = make(rng, shape, dtype, low=-1.0)
+            state = make(rng, shape[:-1], dtype, low=-1.0)
+            for method in METHODS:
+                check(numpy, decays, impulses, state, axis=-1, method=method)
+            check(numpy, decays, impulses, axis=-1, reverse=True)
+            check(numpy, decays[..., :1], impulses, state, axis=-1)  # time-invariant
+            check(numpy, decays[..., :1, :], impulses, axis=-1)  # broadcast along channels
+            check(numpy, decays[::2, ..., ::3], impulses[::2, ..., ::3], axis=-1)  # strided
+            output = cuscan.linear_recurrence(decays, impulses, state, axis=-1)
+            weights = make(rng, shape, dtype, low=-1.0)
+            grads = cuscan.linear_recurrence_vjp(weights, decays, output, state, axis=-1)
+            major = cuscan.linear_recurrence_vjp(
+                *(np.ascontiguousarray(np.moveaxis(v, -1, 0)) for v in (
+                    weights, decays, output)), state, axis=0)
+            # The same arithmetic, but for the order of the chunked scan's products.
+            limit = tolerance(dtype_of(dtype), shape[-1])
+            for grad, expected in ((grads[0], np.moveaxis(major[0], 0, -1)),
+                                   (grads[1], np.moveaxis(major[1], 0, -1)),
+                                   (grads[2], major[2])):
+                expected = expected.astype(np.complex128)
+                np.testing.assert_allclose(grad, expected, rtol=0,
+                                           atol=limit * np.abs(expected).max())
 
 
 @pytest.mark.parametrize("layout", ["copies", "views"])
