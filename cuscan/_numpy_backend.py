@@ -27,8 +27,8 @@ _MAX_STRIDED_ROW = 128
 # An operand whose time step has its elements a cache line or more apart (a
 # time-contiguous layout, such as (C, T) along axis -1) touches a line per
 # element at every step. The scan runs on time-major copies instead where that
-# is faster (measured by benchmarks/numpy_methods.py: up to 5x, and never
-# slower by more than 10% on its grid and on 60 random shapes): at least
+# is faster (measured by benchmarks/numpy_methods.py: 1.2x to 4x on its grid
+# where this rule chooses copies, and elsewhere up to 2.3x slower): at least
 # _MIN_SCATTERED_LENGTH steps wider than _MAX_STRIDED_ROW bytes (narrower ones
 # the chunked scan copies anyway), of fewer than _MAX_SCATTERED_WIDTH elements
 # or a stride that is a multiple of _ALIASING_STRIDE bytes, whose lines crowd
