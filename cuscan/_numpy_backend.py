@@ -27,16 +27,18 @@ _MAX_STRIDED_ROW = 128
 # An operand whose time step has its elements a cache line or more apart (a
 # time-contiguous layout, such as (C, T) along axis -1) touches a line per
 # element at every step. The scan runs on time-major copies instead where that
-# is faster (measured by benchmarks/numpy_methods.py: 1.2x to 4x on its grid
-# where this rule chooses copies, and elsewhere up to 2.3x slower): at least
-# _MIN_SCATTERED_LENGTH steps wider than _MAX_STRIDED_ROW bytes (narrower ones
+# is faster (measured by benchmarks/numpy_methods.py: 1.2x to 4x faster on its
+# grid where this rule chooses copies; copies elsewhere were up to 2.3x slower):
+# at least _MIN_SCATTERED_LENGTH steps wider than _MAX_STRIDED_ROW bytes (narrower ones
 # the chunked scan copies anyway), of fewer than _MAX_SCATTERED_WIDTH elements
 # or a stride that is a multiple of _ALIASING_STRIDE bytes, whose lines crowd
 # into few cache sets. Wide steps with other strides stay in cache as they are.
+# An operand of more than _MAX_COPY_BYTES is scanned as it is, without copies.
 _CACHE_LINE = 64
 _MIN_SCATTERED_LENGTH = 256
 _MAX_SCATTERED_WIDTH = 512
 _ALIASING_STRIDE = 1024
+_MAX_COPY_BYTES = 2**29
 
 
 # Overflow, underflow and NaN are data here, handled as the serial recurrence
@@ -99,9 +101,10 @@ def _scattered(view, dtype) -> bool:
                                                     strict=True) if size > 1 and stride]
     if len(view) < _MIN_SCATTERED_LENGTH or not strides or min(strides) < _CACHE_LINE:
         return False
-    width = math.prod(view.shape[1:])
-    return width * np.dtype(dtype).itemsize > _MAX_STRIDED_ROW and (
-        width < _MAX_SCATTERED_WIDTH or min(strides) % _ALIASING_STRIDE == 0)
+    width, itemsize = math.prod(view.shape[1:]), np.dtype(dtype).itemsize
+    row = width * itemsize
+    return (row > _MAX_STRIDED_ROW and len(view) * row <= _MAX_COPY_BYTES and (
+        width < _MAX_SCATTERED_WIDTH or min(strides) % _ALIASING_STRIDE == 0))
 
 
 def _operand(view, dtype):

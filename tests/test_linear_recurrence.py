@@ -291,6 +291,31 @@ def test_numpy_time_contiguous(monkeypatch, layout):
                                            atol=limit * np.abs(expected).max())
 
 
+def test_numpy_time_major_rule(monkeypatch):
+    """Which time-first views the NumPy backend copies time-major: long, wide and
+    time-contiguous ones, with fewer than 512 elements a step or aliasing strides,
+    and not over the memory bound."""
+    from cuscan import _numpy_backend
+
+    def copied(shape, dtype=np.float32, axis=-1, view=lambda v: v):
+        return _numpy_backend._scattered(np.moveaxis(view(np.empty(shape, dtype)), axis, 0),
+                                         dtype)
+
+    assert copied((64, 1000))
+    assert copied((8, 8, 1000))
+    assert copied((1000, 4096))  # aliasing: rows a multiple of 1024 bytes
+    assert not copied((1000, 1000))  # wide, with rows that spread over the cache
+    assert not copied((1000, 64), axis=0)  # time-major already
+    assert not copied((8, 1000, 64), axis=1)  # contiguous within each step
+    assert not copied((16, 1000))  # steps of 64 bytes: the chunked scan copies those
+    assert copied((16, 1000), np.complex128)
+    assert not copied((64, 255))  # short
+    assert not copied((64, 1000), view=lambda v: v[:, :1])  # time-invariant
+    assert not copied((1, 1000), view=lambda v: np.broadcast_to(v, (64, 1000)))
+    monkeypatch.setattr(_numpy_backend, "_MAX_COPY_BYTES", 64 * 1000 * 4 - 1)
+    assert not copied((64, 1000))
+
+
 @pytest.mark.parametrize("layout", ["copies", "views"])
 def test_numpy_parallel_layouts(monkeypatch, layout):
     """The NumPy backend's chunked scan runs on contiguous copies for narrow time steps and
