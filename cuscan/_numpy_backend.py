@@ -29,10 +29,11 @@ _MAX_STRIDED_ROW = 128
 # element at every step. The scan runs on time-major copies instead where that
 # is faster (measured by benchmarks/numpy_methods.py: 1.2x to 4x faster on its
 # grid where this rule chooses copies; copies elsewhere were up to 2.3x slower):
-# at least _MIN_SCATTERED_LENGTH steps wider than _MAX_STRIDED_ROW bytes (narrower ones
-# the chunked scan copies anyway), of fewer than _MAX_SCATTERED_WIDTH elements
-# or a stride that is a multiple of _ALIASING_STRIDE bytes, whose lines crowd
-# into few cache sets. Wide steps with other strides stay in cache as they are.
+# at least _MIN_SCATTERED_LENGTH steps wider than _MAX_STRIDED_ROW bytes
+# (narrower ones the chunked scan copies anyway), of fewer than
+# _MAX_SCATTERED_WIDTH elements or a stride that is a multiple of
+# _ALIASING_STRIDE bytes, whose lines crowd into few cache sets. Wide steps
+# with other strides stay in cache as they are.
 # An operand of more than _MAX_COPY_BYTES is scanned as it is, without copies.
 _CACHE_LINE = 64
 _MIN_SCATTERED_LENGTH = 256
