@@ -374,11 +374,13 @@ class _QRNNLayer(nn.Module):
         f = torch.sigmoid(f)
         c = _scan(f, (1 - f) * torch.tanh(z), initial, method)
         h = torch.sigmoid(o) * c
-        # The inputs the next block's first steps see: the window - 1 before the end.
-        ends = (torch.full((batch,), steps, device=x.device) if lengths is None
-                else lengths.to(x.device))
-        rows = ends + torch.arange(self.window - 1, device=x.device)[:, None]
-        last = whole.gather(0, rows[..., None].expand(-1, -1, features))
+        # The inputs the next block's first steps see: the window - 1 before the end
+        # (each sequence's own end when lengths are given).
+        if lengths is None:
+            last = whole[steps:]
+        else:
+            rows = lengths.to(x.device) + torch.arange(self.window - 1, device=x.device)[:, None]
+            last = whole.gather(0, rows[..., None].expand(-1, -1, features))
         return h, (_final(c, initial, lengths), last)
 
 
