@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, Literal
 
@@ -147,7 +148,7 @@ def forward(decays, impulses, initial_state=None, *, axis=0, reverse=False, meth
                                 None if initial_state is None else initial_state.shape, axis)
     xp = backend.xp
     out = _output(xp, out, shape, dtype)
-    if shape[axis] == 0:
+    if math.prod(shape) == 0:
         return out
     state = None if initial_state is None else _state(xp, initial_state, shape, axis)
     views = [xp.broadcast_to(decays, shape), xp.broadcast_to(impulses, shape), out]
@@ -278,7 +279,7 @@ def backward(grad_output, decays, output, initial_state=None, *, axis=0, reverse
                  for target, full_shape in zip(out, full_shapes, strict=True))
     state = None if initial_state is None else _state(xp, initial_state, shape, axis)
     grad_decays, grad_impulses, grad_state = full
-    if shape[axis] > 0:
+    if math.prod(shape) > 0:
         views = [xp.broadcast_to(grad_output, shape), xp.broadcast_to(decays, shape),
                  output, grad_decays, grad_impulses]
         if reverse:

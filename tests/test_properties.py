@@ -8,6 +8,7 @@ import pytest
 import cuscan
 from tests import reference
 from tests.conftest import assert_close, require
+from tests.test_linear_recurrence import make
 
 hypothesis = require("hypothesis")
 st = hypothesis.strategies
@@ -90,3 +91,105 @@ def test_linearity(backend, method):
     h1, h2, h12 = (backend.to_numpy(cuscan.linear_recurrence(xp_args[0], x, method=method))
                    for x in xp_args[1:])
     np.testing.assert_allclose(h12, h1 + 2 * h2, rtol=1e-12, atol=1e-12)
+
+
+@st.composite
+def layouts(draw, shape):
+    """How an operand of ``shape`` lies in memory: the order of its axes in memory
+    (innermost last), a step along each (negative: reversed), and one axis it is
+    broadcast along (stride 0), if any."""
+    ndim = len(shape)
+    order = draw(st.permutations(range(ndim)))
+    steps = draw(st.lists(st.sampled_from([1, 2, -1, -3]), min_size=ndim, max_size=ndim))
+    wide = [d for d in range(ndim) if shape[d] > 1]
+    broadcast = draw(st.sampled_from([None, *wide])) if wide else None
+    return order, steps, broadcast
+
+
+@st.composite
+def laid_out_problems(draw):
+    ndim = draw(st.integers(1, 6))
+    axis = draw(st.integers(0, ndim - 1))
+    shape = [draw(st.sampled_from([0, 1, 2, 3, 5, 8, 33])) for _ in range(ndim)]
+    # Long enough for every method's strided and copied paths, small enough to stay quick.
+    shape[axis] = draw(st.sampled_from([0, 1, 2, 5, 17, 64, 257, 300]))
+    others = int(np.prod(shape)) // max(shape[axis], 1)
+    hypothesis.assume(others <= 64)
+    shape = tuple(shape)
+    state_shape = shape[:axis] + shape[axis + 1:]
+    return {
+        "shape": shape, "axis": axis - ndim if draw(st.booleans()) else axis,
+        "dtype": draw(st.sampled_from(["float32", "float64", "complex64", "complex128"])),
+        "layouts": {name: draw(layouts(state_shape if name == "initial_state" else shape))
+                    for name in ("decays", "impulses", "initial_state", "grad_output")},
+        "state": draw(st.booleans()), "reverse": draw(st.booleans()),
+        "method": draw(st.sampled_from(["serial", "parallel", "auto"])),
+        "seed": draw(st.integers(0, 2**32 - 1)),
+    }
+
+
+def laid_out(backend, values, layout):
+    """An array of ``backend`` equal to ``values``, viewed from memory laid out as
+    ``layout`` says; the elements the view skips hold NaN. Values to be broadcast
+    along an axis must be constant along it."""
+    order, steps, broadcast = layout
+    shape = values.shape
+    if broadcast is not None:
+        values = np.take(values, [0], broadcast)
+    stored = [n * abs(s) for n, s in zip(values.shape, steps, strict=True)]
+    memory = np.full([stored[d] for d in order], np.nan, values.dtype)
+    pick = tuple(slice(None, None, s) for s in steps)
+    np.transpose(memory, np.argsort(order))[pick] = values
+    xp = backend.xp
+    view = xp.transpose(backend.asarray(memory), tuple(np.argsort(order).tolist()))[pick]
+    return view if broadcast is None else xp.broadcast_to(view, shape)
+
+
+@hypothesis.settings(SETTINGS, max_examples=200)
+@hypothesis.given(problem=laid_out_problems())
+def test_any_layout(backend, problem):
+    """Strided, transposed, reversed and broadcast views of up to six dimensions give
+    the reference's result, and the gradients of the same values laid out contiguously."""
+    rng = np.random.default_rng(problem["seed"])
+    dtype, shape, axis = np.dtype(problem["dtype"]), problem["shape"], problem["axis"]
+    state_shape = shape[:axis % len(shape)] + shape[axis % len(shape) + 1:]
+    values = {
+        "decays": make(rng, shape, dtype, -1.0),
+        "impulses": make(rng, shape, dtype, -1.0),
+        "initial_state": make(rng, state_shape, dtype, -1.0) if problem["state"] else None,
+        "grad_output": make(rng, shape, dtype, -1.0),
+    }
+    layouts = problem["layouts"]
+    for name, layout in layouts.items():  # broadcast values are constant along their axis
+        value = values[name]
+        if value is not None and layout[2] is not None:
+            values[name] = np.broadcast_to(np.take(value, [0], layout[2]), value.shape).copy()
+    views = {name: None if v is None else laid_out(backend, v, layouts[name])
+             for name, v in values.items()}
+    kwargs = {"axis": axis, "reverse": problem["reverse"]}
+
+    h = cuscan.linear_recurrence(views["decays"], views["impulses"], views["initial_state"],
+                                 method=problem["method"], **kwargs)
+    expected = reference.linear_recurrence(values["decays"], values["impulses"],
+                                           values["initial_state"], **kwargs)
+    if expected.size:
+        scale = reference.error_scale(values["decays"], values["impulses"],
+                                      values["initial_state"], **kwargs)
+        assert_close(backend.to_numpy(h), expected, scale, dtype, shape[axis])
+
+    output = laid_out(backend, expected.astype(dtype), (*layouts["impulses"][:2], None))
+    grads = cuscan.linear_recurrence_vjp(views["grad_output"], views["decays"], output,
+                                         views["initial_state"], **kwargs)
+    contiguous = cuscan.linear_recurrence_vjp(
+        *(None if v is None else backend.asarray(v) for v in
+          (values["grad_output"], values["decays"], expected.astype(dtype),
+           values["initial_state"])), **kwargs)
+    for grad, plain in zip(grads, contiguous, strict=True):
+        if plain is None:
+            assert grad is None
+            continue
+        plain = backend.to_numpy(plain)
+        assert grad.shape == plain.shape
+        if plain.size:
+            assert_close(backend.to_numpy(grad), plain, np.abs(plain).max(), dtype,
+                         shape[axis])
