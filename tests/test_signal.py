@@ -241,6 +241,92 @@ def test_ema_per_channel_and_time_varying(backend):
             np.testing.assert_allclose(got[channel], expected, rtol=2e-5, atol=2e-5)
 
 
+def pandas_ewm_loop(x, alphas, adjust, ignore_na):
+    """pandas' documented ``ewm(...).mean()`` loop over one channel with missing
+    values, with one alpha per step (pandas takes one for all)."""
+    y, weight, out = np.nan, 1.0, np.empty(len(x), x.dtype)
+    for t, value in enumerate(x):
+        present = not np.isnan(value)
+        if np.isnan(y):
+            y = value
+        elif present or not ignore_na:
+            weight *= 1 - alphas[t]
+            if present:
+                new = 1.0 if adjust else alphas[t]
+                y = (weight * y + new * value) / (weight + new)
+                weight = weight + new if adjust else 1.0
+        out[t] = y
+    return out
+
+
+def with_gaps(rng, shape, axis=-1):
+    """Random samples with missing runs: leading, inside and trailing, and one channel
+    with none present (along ``axis``)."""
+    x = rng.standard_normal(shape)
+    x[rng.random(shape) < 0.3] = np.nan
+    x = np.moveaxis(x, axis, -1)
+    x[..., :3][rng.random(x[..., :3].shape) < 0.5] = np.nan
+    x[..., 10:16] = np.nan
+    x.reshape(-1, x.shape[-1])[0] = np.nan
+    return np.moveaxis(x, -1, axis)
+
+
+@pytest.mark.parametrize("ignore_na", [False, True])
+@pytest.mark.parametrize("adjust", [False, True])
+@pytest.mark.parametrize("alpha", [0.01, 0.3, 0.77, 1.0])
+def test_ema_omits_missing_like_pandas(backend, alpha, adjust, ignore_na):
+    """nan_policy="omit": pandas' values, NaN where pandas has NaN (before the first
+    sample present). pandas 3.0 and 3.1 differ from their documentation at alpha = 0.5
+    (com = 1) with adjust=False (pandas-dev/pandas#66523), so that alpha is not
+    compared here."""
+    pandas = require("pandas")
+    x = with_gaps(np.random.default_rng(17), (200, 4), axis=0)
+    expected = pandas.DataFrame(x).ewm(alpha=alpha, adjust=adjust,
+                                       ignore_na=ignore_na).mean().to_numpy()
+    for dtype, rtol in ((np.float64, 1e-12), (np.float32, 1e-5)):
+        result = backend.to_numpy(signal.ema(backend.asarray(x.astype(dtype)), alpha, axis=0,
+                                             adjust=adjust, nan_policy="omit",
+                                             ignore_na=ignore_na))
+        assert result.dtype == dtype
+        np.testing.assert_array_equal(np.isnan(result), np.isnan(expected))
+        np.testing.assert_allclose(result, expected, rtol=rtol, atol=rtol)
+
+
+def test_ema_omits_missing_per_channel_and_time_varying(backend):
+    """nan_policy="omit" with one alpha per channel, one per step, complex signals, and
+    the documented weights: after a gap, ``(1 - alpha)^2`` and ``alpha`` for [x0, nan, x2]
+    with adjust=False, and ``(1 - alpha)^2`` and 1 with adjust=True."""
+    rng = np.random.default_rng(18)
+    x = with_gaps(rng, (3, 150))
+    complex_ = x + 1j * np.where(np.isnan(x), 0, rng.standard_normal(x.shape))
+    per_channel, varying = np.array([0.05, 0.5, 1.0]), rng.uniform(0.05, 1.0, 150)
+    for adjust in (False, True):
+        for ignore_na in (False, True):
+            options = {"adjust": adjust, "nan_policy": "omit", "ignore_na": ignore_na}
+            for alpha in (per_channel, varying):
+                result = backend.to_numpy(signal.ema(backend.asarray(complex_),
+                                                     backend.asarray(alpha), **options))
+                for channel in range(3):
+                    rates = np.broadcast_to(alpha[channel] if alpha.size == 3 else alpha, 150)
+                    expected = pandas_ewm_loop(complex_[channel], rates, adjust, ignore_na)
+                    np.testing.assert_allclose(result[channel], expected, rtol=1e-12,
+                                               atol=1e-12)
+        weights = (0.25, 1.0 if adjust else 0.5)
+        documented = (weights[0] * 1.0 + weights[1] * 5.0) / sum(weights)
+        result = signal.ema(backend.asarray(np.array([1.0, np.nan, 5.0])), 0.5, adjust=adjust,
+                            nan_policy="omit")
+        np.testing.assert_allclose(backend.to_numpy(result), [1.0, 1.0, documented],
+                                   rtol=1e-15)
+    # Without missing samples, omitting changes nothing.
+    present = rng.standard_normal((2, 50))
+    for adjust in (False, True):
+        np.testing.assert_allclose(
+            backend.to_numpy(signal.ema(backend.asarray(present), 0.3, adjust=adjust,
+                                        nan_policy="omit")),
+            backend.to_numpy(signal.ema(backend.asarray(present), 0.3, adjust=adjust)),
+            rtol=1e-13)
+
+
 def test_errors():
     with pytest.raises(ValueError, match=r"`sos` must have shape \(n_sections, 6\)"):
         signal.sosfilt(np.ones((2, 5)), np.ones(10))
@@ -268,6 +354,13 @@ def test_errors():
             signal.ema(np.ones((2, 3)), alpha, axis=0)
     with pytest.raises(TypeError, match="`adjust` must be a bool; got str"):
         signal.ema(np.ones(3), 0.5, adjust="yes")
+    with pytest.raises(TypeError, match="`ignore_na` must be a bool; got NoneType"):
+        signal.ema(np.ones(3), 0.5, nan_policy="omit", ignore_na=None)
+    with pytest.raises(ValueError, match="`nan_policy` must be 'propagate' or 'omit'; got "
+                                         "'raise'"):
+        signal.ema(np.ones(3), 0.5, nan_policy="raise")
+    with pytest.raises(ValueError, match="needs `nan_policy='omit'`"):
+        signal.ema(np.ones(3), 0.5, ignore_na=True)
     with pytest.raises(TypeError, match="`x` is a masked array"):
         signal.sosfilt([[1, 0, 0, 1, 0.5, 0]], np.ma.masked_array(np.ones(3), [0, 1, 0]))
     with pytest.raises(TypeError, match="`x` must be an array or a scalar; got None"):
@@ -650,6 +743,15 @@ class Framework:
             value = function(*tensors)
         return [g.numpy() for g in tape.gradient(value, tensors)]
 
+    def where_finite(self, value):
+        """``value`` with NaN replaced by zero (and no NaN in its gradient)."""
+        if self.name == "torch":
+            return self.module.where(self.module.isnan(value), 0.0, value)
+        if self.name == "jax":
+            return self.module.numpy.where(self.module.numpy.isnan(value), 0.0, value)
+        tf = self.module
+        return tf.where(tf.math.is_nan(value), tf.zeros_like(value), value)
+
     def total(self, value):
         return (self.module.reduce_sum if self.name == "tf" else lambda v: v.sum())(value)
 
@@ -753,6 +855,32 @@ def test_framework_gradients(framework):
             step[channel] = 1e-6
             central = (numeric(alpha + step) - numeric(alpha - step)) / 2e-6
             np.testing.assert_allclose(grad[channel], central, rtol=1e-6)
+    # Omitting missing samples: no NaN reaches the gradients, which are zero for the
+    # missing samples and match central differences for alpha.
+    gappy = x.copy()
+    gappy[:, [0, 3, 4]] = np.nan
+    for adjust in (False, True):
+        def omitting(x, alpha, adjust=adjust, total=framework.total, mine=True):
+            y = signal.ema(x, alpha, adjust=adjust, nan_policy="omit")
+            w = framework.tensor(np.where(np.isnan(gappy), 0.0, weights)) if mine else (
+                np.where(np.isnan(gappy), 0.0, weights))
+            return total(framework.where_finite(y) * w) if mine else np.nansum(y * w)
+
+        grad_gappy, grad_rate = framework.grad(omitting, gappy, alpha)
+        assert np.isfinite(grad_gappy).all()
+        np.testing.assert_array_equal(grad_gappy[np.isnan(gappy)], 0.0)
+        base = omitting(gappy, alpha, total=np.sum, mine=False)
+        for at in zip(*np.nonzero(~np.isnan(gappy)), strict=True):  # linear in x
+            stepped = gappy.copy()
+            stepped[at] += 1.0
+            exact = omitting(stepped, alpha, total=np.sum, mine=False) - base
+            np.testing.assert_allclose(grad_gappy[at], exact, rtol=1e-9, atol=1e-12)
+        for channel in range(2):
+            step = np.zeros(2)
+            step[channel] = 1e-6
+            central = (omitting(gappy, alpha + step, total=np.sum, mine=False)
+                       - omitting(gappy, alpha - step, total=np.sum, mine=False)) / 2e-6
+            np.testing.assert_allclose(grad_rate[channel], central, rtol=1e-6)
     # ema is linear in x: y = sum_k weight_k x_k
     exact = np.zeros_like(x)
     for at in np.ndindex(x.shape):
@@ -760,6 +888,33 @@ def test_framework_gradients(framework):
         stepped[at] += 1.0
         exact[at] = np.sum((signal.ema(stepped, alpha) - signal.ema(x, alpha)) * weights)
     np.testing.assert_allclose(grad_x, exact, rtol=1e-10, atol=1e-12)
+
+
+def test_tensorflow_variables_are_differentiated():
+    """tf.Variable and Keras variables (a learned signal or alpha) are read where the tape
+    sees them, not copied into constants."""
+    tf = require("tensorflow")
+    rng = np.random.default_rng(19)
+    x, weights = rng.standard_normal((2, 30)), rng.standard_normal((2, 30))
+    sos = ss.butter(2, 0.3, output="sos")
+    signal_, alpha = tf.Variable(x), tf.Variable(np.array([0.2, 0.6]))
+    learned = [alpha]
+    keras = require("keras")
+    if keras.backend.backend() == "tensorflow":
+        learned.append(keras.Variable(np.array([0.2, 0.6])))
+    for rate in learned:
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum((signal.sosfilt(sos, signal_) + signal.ema(signal_, rate))
+                                 * weights)
+        watched = rate if isinstance(rate, tf.Variable) else rate.value  # Keras' holds tf's
+        grad_x, grad_alpha = tape.gradient(loss, [signal_, watched])
+        assert grad_x is not None
+        assert grad_alpha is not None
+        expected_x, expected_alpha = Framework("tf", "CPU").grad(
+            lambda x, a: tf.reduce_sum((signal.sosfilt(sos, x) + signal.ema(x, a)) * weights),
+            x, np.array([0.2, 0.6]))
+        np.testing.assert_allclose(grad_x.numpy(), expected_x, rtol=1e-12)
+        np.testing.assert_allclose(grad_alpha.numpy(), expected_alpha, rtol=1e-12)
 
 
 def test_framework_zero_phase(framework):

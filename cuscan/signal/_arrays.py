@@ -63,6 +63,14 @@ class _Arrays:
     def imag(self, x):
         return x.imag
 
+    def isnan(self, x):
+        """NaN, in either part of a complex number."""
+        return self.xp.isnan(x)
+
+    def where(self, condition, x, other: float):
+        """``x`` where ``condition`` holds, else the number ``other``."""
+        return self.xp.where(condition, x, other)
+
     def concat(self, arrays, axis: int):
         return self.xp.concatenate(arrays, axis=axis)
 
@@ -124,6 +132,12 @@ class _Torch(_Arrays):
 
     def cast(self, x, dtype: np.dtype):
         return x.to(self._dtypes[np.dtype(dtype)])
+
+    def isnan(self, x):
+        return self.torch.isnan(x)
+
+    def where(self, condition, x, other: float):
+        return self.torch.where(condition, x, other)
 
     def concat(self, arrays, axis: int):
         return self.torch.cat(arrays, dim=axis)
@@ -191,7 +205,9 @@ class _TensorFlow(_Arrays):
 
     def asarray(self, value, like=None):
         tf = self.tf
-        return value if isinstance(value, tf.Tensor) else tf.convert_to_tensor(np.asarray(value))
+        if tf.is_tensor(value):  # variables too (tf's, Keras'), read where the tape sees it
+            return tf.convert_to_tensor(value)
+        return tf.convert_to_tensor(np.asarray(value))  # NumPy's dtypes: float64, not float32
 
     def kind(self, x) -> str:
         dtype = x.dtype
@@ -224,6 +240,15 @@ class _TensorFlow(_Arrays):
 
     def imag(self, x):
         return self.tf.math.imag(x)
+
+    def isnan(self, x):
+        is_nan = self.tf.math.is_nan
+        if x.dtype.is_complex:
+            return is_nan(self.real(x)) | is_nan(self.imag(x))
+        return is_nan(x)
+
+    def where(self, condition, x, other: float):
+        return self.tf.where(condition, x, self.tf.constant(other, x.dtype))
 
     def concat(self, arrays, axis: int):
         return self.tf.concat(arrays, axis)

@@ -628,15 +628,16 @@ def _forward_backward(run, steady: np.ndarray, ns, x, axis: int, padtype, padlen
 
 
 @public
-def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False):
+def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
+        nan_policy: str = "propagate", ignore_na: bool = False):
     """Exponential moving average, as ``pandas.Series.ewm(alpha=alpha, adjust=...).mean()``.
 
     With ``adjust=False`` (the recursive form), ``y[0] = x[0]`` and
     ``y[t] = (1 - alpha) y[t-1] + alpha x[t]``. With ``adjust=True``
     (pandas' default), ``y[t]`` is the weighted mean of ``x[0..t]`` with
     weights ``(1 - alpha)^i`` for the sample ``i`` steps back, so the first
-    values are not biased towards ``x[0]``. NaN propagates here; pandas
-    skips missing values.
+    values are not biased towards ``x[0]``. By default NaN propagates;
+    ``nan_policy="omit"`` skips missing values as pandas does.
 
     Parameters
     ----------
@@ -654,6 +655,16 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False):
         The time axis.
     adjust : bool, default False
         The weighted mean (True) or the recursive form (False); see above.
+    nan_policy : {"propagate", "omit"}, default "propagate"
+        What NaN (in either part of a complex sample) does. ``"propagate"``:
+        it makes every later value of its channel NaN. ``"omit"``: as in
+        pandas, it is a missing sample. The average keeps its last value over
+        missing samples (NaN before a channel's first sample), and weights
+        stay by position: a sample after a gap of ``k`` missing ones meets an
+        average decayed by ``k + 1`` steps, not one.
+    ignore_na : bool, default False
+        With ``nan_policy="omit"``, pandas' ``ignore_na=True``: weights by
+        the samples present, as if the missing ones were not there.
 
     Returns
     -------
@@ -667,9 +678,22 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False):
     array([1.   , 1.5  , 2.25 , 3.125])
     >>> ema([1.0, 2.0, 3.0, 4.0], 0.5, adjust=True)
     array([1.        , 1.66666667, 2.42857143, 3.26666667])
+
+    Missing samples:
+
+    >>> ema([np.nan, 1.0, np.nan, 4.0], 0.5, nan_policy="omit")
+    array([nan,  1.,  1.,  3.])
+    >>> ema([np.nan, 1.0, np.nan, 4.0], 0.5, nan_policy="omit", ignore_na=True)
+    array([nan, 1. , 1. , 2.5])
     """
-    if not isinstance(adjust, (bool, np.bool_)):
-        raise TypeError(f"`adjust` must be a bool; got {type(adjust).__name__}")
+    for name, value in (("adjust", adjust), ("ignore_na", ignore_na)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"`{name}` must be a bool; got {type(value).__name__}")
+    if nan_policy not in ("propagate", "omit"):
+        raise ValueError(f"`nan_policy` must be 'propagate' or 'omit'; got {nan_policy!r}")
+    if ignore_na and nan_policy != "omit":
+        raise ValueError("`ignore_na=True` says how to weigh around missing samples, so it "
+                         "needs `nan_policy='omit'`; NaN propagates with 'propagate'")
     ns, x = _signal(x)
     axis = time_axis(axis, tuple(x.shape))
     if alpha is None or isinstance(alpha, (numbers.Number, np.generic, str, bytes)):
@@ -702,6 +726,8 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False):
     if x.shape[axis] == 0:
         return x * 1
     _, dtype = _dtypes(ns, x)  # x's own
+    if nan_policy == "omit":
+        return _ema_omitting(ns, x, alpha, axis, adjust, ignore_na, dtype)
     if not adjust:
         weight = alpha if isinstance(alpha, float) else ns.cast(alpha, dtype)  # TF mixes none
         return linear_recurrence(1 - alpha, weight * x, x[_along(x, axis, 0)], axis=axis)
@@ -711,6 +737,41 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False):
     ones = ns.cast(ns.asarray(np.ones(steps), like=x), dtype)
     return linear_recurrence(1 - alpha, x, axis=axis) / linear_recurrence(1 - alpha, ones,
                                                                           axis=axis)
+
+
+def _ema_omitting(ns, x, alpha, axis: int, adjust: bool, ignore_na: bool, dtype: np.dtype):
+    """``ema`` skipping missing (NaN) samples, as pandas' ``ewm(...).mean()`` does.
+
+    pandas keeps the average ``y`` and the weight ``u`` it carries: at each step
+    after the first sample ``u`` decays by ``1 - alpha`` (at missing samples too,
+    unless ``ignore_na``), and a sample ``x`` present makes
+    ``y = (u y + c x) / (u + c)``, then ``u = u + c``, with ``c = 1`` (adjusted)
+    or ``c = alpha`` and ``u = 1`` after (recursive). The weights do not depend
+    on ``x``: ``u`` is a linear recurrence over which samples are present, and
+    then ``y`` one with decays ``1 - e`` and impulses ``e x``, ``e = c / (u + c)``
+    where a sample is present and 0 where one is missing.
+    """
+    real = np.finfo(dtype).dtype
+    present = ~ns.isnan(x)
+    ones = ns.cast(present, real)
+    values = ns.where(present, x, 0.0)  # before any arithmetic: no NaN reaches a gradient
+    # Weight decays: every step (once started), or only where a sample is present.
+    decay = 1 - alpha * ones if ignore_na else 1 - alpha
+    if adjust:
+        # u after each step, zero before the first sample: e = 1 / u after it.
+        after = linear_recurrence(decay, ones, axis=axis)
+        share = ones / ns.where(present, after, 1.0)
+    else:
+        # u after each step: 1 where a sample is present (and zero before the first),
+        # else decayed; u before each step is (1 - alpha) times the u after the last.
+        after = linear_recurrence(decay * (1 - ones), ones, axis=axis)
+        length = x.shape[axis]
+        last = ns.concat([after[_along(x, axis, slice(0, 1))] * 0,
+                          after[_along(x, axis, slice(0, length - 1))]], axis)
+        share = ones * alpha / ((1 - alpha) * last + alpha)
+    y = linear_recurrence(1 - share, ns.cast(share, dtype) * values, axis=axis)
+    started = linear_recurrence(1.0, ones, axis=axis) > 0
+    return ns.where(started, y, np.nan)
 
 
 @public
