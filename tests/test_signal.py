@@ -281,15 +281,38 @@ def test_ema_omits_missing_like_pandas(backend, alpha, adjust, ignore_na):
     compared here."""
     pandas = require("pandas")
     x = with_gaps(np.random.default_rng(17), (200, 4), axis=0)
-    expected = pandas.DataFrame(x).ewm(alpha=alpha, adjust=adjust,
-                                       ignore_na=ignore_na).mean().to_numpy()
-    for dtype, rtol in ((np.float64, 1e-12), (np.float32, 1e-5)):
-        result = backend.to_numpy(signal.ema(backend.asarray(x.astype(dtype)), alpha, axis=0,
-                                             adjust=adjust, nan_policy="omit",
-                                             ignore_na=ignore_na))
-        assert result.dtype == dtype
+    for min_periods in (0, 1, 5):
+        expected = pandas.DataFrame(x).ewm(alpha=alpha, adjust=adjust, ignore_na=ignore_na,
+                                           min_periods=min_periods).mean().to_numpy()
+        for dtype, rtol in ((np.float64, 1e-12), (np.float32, 1e-5)):
+            result = backend.to_numpy(signal.ema(backend.asarray(x.astype(dtype)), alpha,
+                                                 axis=0, adjust=adjust, nan_policy="omit",
+                                                 ignore_na=ignore_na, min_periods=min_periods))
+            assert result.dtype == dtype
+            np.testing.assert_array_equal(np.isnan(result), np.isnan(expected))
+            np.testing.assert_allclose(result, expected, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("adjust", [False, True])
+def test_ema_min_periods(backend, adjust):
+    """min_periods as in pandas, on a signal without missing values, where NaN (with the
+    default nan_policy) propagates."""
+    pandas = require("pandas")
+    x = np.random.default_rng(20).standard_normal((3, 40))
+    for min_periods in (None, 0, 1, 2, 7, 40, 41):
+        expected = pandas.DataFrame(x.T).ewm(alpha=0.2, adjust=adjust,
+                                             min_periods=min_periods).mean().to_numpy().T
+        result = backend.to_numpy(signal.ema(backend.asarray(x), 0.2, adjust=adjust,
+                                             min_periods=min_periods))
         np.testing.assert_array_equal(np.isnan(result), np.isnan(expected))
-        np.testing.assert_allclose(result, expected, rtol=rtol, atol=rtol)
+        np.testing.assert_allclose(result, expected, rtol=1e-12, atol=1e-12)
+    gap = x.copy()
+    gap[1, 20] = np.nan
+    result = backend.to_numpy(signal.ema(backend.asarray(gap), 0.2, adjust=adjust,
+                                         min_periods=3))
+    assert np.isnan(result[:, :2]).all()
+    assert np.isnan(result[1, 20:]).all()
+    assert not np.isnan(np.delete(result[:, 2:], 1, axis=0)).any()
 
 
 def test_ema_omits_missing_per_channel_and_time_varying(backend):
@@ -361,6 +384,10 @@ def test_errors():
         signal.ema(np.ones(3), 0.5, nan_policy="raise")
     with pytest.raises(ValueError, match="needs `nan_policy='omit'`"):
         signal.ema(np.ones(3), 0.5, ignore_na=True)
+    with pytest.raises(ValueError, match="`min_periods` must be non-negative; got -1"):
+        signal.ema(np.ones(3), 0.5, min_periods=-1)
+    with pytest.raises(TypeError, match="`min_periods` must be an integer or None; got float"):
+        signal.ema(np.ones(3), 0.5, min_periods=2.0)
     with pytest.raises(TypeError, match="`x` is a masked array"):
         signal.sosfilt([[1, 0, 0, 1, 0.5, 0]], np.ma.masked_array(np.ones(3), [0, 1, 0]))
     with pytest.raises(TypeError, match="`x` must be an array or a scalar; got None"):

@@ -629,7 +629,7 @@ def _forward_backward(run, steady: np.ndarray, ns, x, axis: int, padtype, padlen
 
 @public
 def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
-        nan_policy: str = "propagate", ignore_na: bool = False):
+        nan_policy: str = "propagate", ignore_na: bool = False, min_periods: int | None = 0):
     """Exponential moving average, as ``pandas.Series.ewm(alpha=alpha, adjust=...).mean()``.
 
     With ``adjust=False`` (the recursive form), ``y[0] = x[0]`` and
@@ -665,6 +665,9 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
     ignore_na : bool, default False
         With ``nan_policy="omit"``, pandas' ``ignore_na=True``: weights by
         the samples present, as if the missing ones were not there.
+    min_periods : int or None, default 0
+        As in pandas: NaN until a channel has had this many samples present
+        (at least one; None is 0).
 
     Returns
     -------
@@ -694,6 +697,7 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
     if ignore_na and nan_policy != "omit":
         raise ValueError("`ignore_na=True` says how to weigh around missing samples, so it "
                          "needs `nan_policy='omit'`; NaN propagates with 'propagate'")
+    min_periods = 0 if min_periods is None else _length("min_periods", min_periods, 0)
     ns, x = _signal(x)
     axis = time_axis(axis, tuple(x.shape))
     if alpha is None or isinstance(alpha, (numbers.Number, np.generic, str, bytes)):
@@ -726,8 +730,20 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
     if x.shape[axis] == 0:
         return x * 1
     _, dtype = _dtypes(ns, x)  # x's own
-    if nan_policy == "omit":
-        return _ema_omitting(ns, x, alpha, axis, adjust, ignore_na, dtype)
+    if nan_policy == "omit" or min_periods > 1:
+        present = ~ns.isnan(x)
+        ones = ns.cast(present, np.finfo(dtype).dtype)
+        if nan_policy == "omit":
+            y = _ema_omitting(ns, x, alpha, axis, adjust, ignore_na, dtype, present, ones)
+        else:
+            y = _ema(ns, x, alpha, axis, adjust, dtype)
+        # NaN before the first sample present (for "omit"), or the min_periods-th.
+        counts = linear_recurrence(1.0, ones, axis=axis)
+        return ns.where(counts >= max(min_periods, 1), y, np.nan)
+    return _ema(ns, x, alpha, axis, adjust, dtype)
+
+
+def _ema(ns, x, alpha, axis: int, adjust: bool, dtype: np.dtype):
     if not adjust:
         weight = alpha if isinstance(alpha, float) else ns.cast(alpha, dtype)  # TF mixes none
         return linear_recurrence(1 - alpha, weight * x, x[_along(x, axis, 0)], axis=axis)
@@ -739,7 +755,8 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
                                                                           axis=axis)
 
 
-def _ema_omitting(ns, x, alpha, axis: int, adjust: bool, ignore_na: bool, dtype: np.dtype):
+def _ema_omitting(ns, x, alpha, axis: int, adjust: bool, ignore_na: bool, dtype: np.dtype,
+                  present, ones):
     """``ema`` skipping missing (NaN) samples, as pandas' ``ewm(...).mean()`` does.
 
     pandas keeps the average ``y`` and the weight ``u`` it carries: at each step
@@ -749,11 +766,10 @@ def _ema_omitting(ns, x, alpha, axis: int, adjust: bool, ignore_na: bool, dtype:
     or ``c = alpha`` and ``u = 1`` after (recursive). The weights do not depend
     on ``x``: ``u`` is a linear recurrence over which samples are present, and
     then ``y`` one with decays ``1 - e`` and impulses ``e x``, ``e = c / (u + c)``
-    where a sample is present and 0 where one is missing.
+    where a sample is present and 0 where one is missing. ``y`` is zero before
+    the first sample (the caller makes it NaN). ``present`` says where samples
+    are present, and ``ones`` is it in the real dtype.
     """
-    real = np.finfo(dtype).dtype
-    present = ~ns.isnan(x)
-    ones = ns.cast(present, real)
     values = ns.where(present, x, 0.0)  # before any arithmetic: no NaN reaches a gradient
     # Weight decays: every step (once started), or only where a sample is present.
     decay = 1 - alpha * ones if ignore_na else 1 - alpha
@@ -769,9 +785,7 @@ def _ema_omitting(ns, x, alpha, axis: int, adjust: bool, ignore_na: bool, dtype:
         last = ns.concat([after[_along(x, axis, slice(0, 1))] * 0,
                           after[_along(x, axis, slice(0, length - 1))]], axis)
         share = ones * alpha / ((1 - alpha) * last + alpha)
-    y = linear_recurrence(1 - share, ns.cast(share, dtype) * values, axis=axis)
-    started = linear_recurrence(1.0, ones, axis=axis) > 0
-    return ns.where(started, y, np.nan)
+    return linear_recurrence(1 - share, ns.cast(share, dtype) * values, axis=axis)
 
 
 @public
