@@ -21,8 +21,7 @@ from benchmarks.table1 import device_description, table
 SANITIZERS = ("memcheck", "racecheck", "synccheck")
 
 
-def suite_counts(junit: Path) -> dict[str, int]:
-    root = ET.parse(junit).getroot()
+def suite_counts(root: ET.Element) -> dict[str, int]:
     suites = [root] if root.tag == "testsuite" else list(root)
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for suite in suites:
@@ -32,9 +31,9 @@ def suite_counts(junit: Path) -> dict[str, int]:
     return counts
 
 
-def failed_tests(junit: Path) -> list[str]:
+def failed_tests(root: ET.Element) -> list[str]:
     names = []
-    for case in ET.parse(junit).getroot().iter("testcase"):
+    for case in root.iter("testcase"):
         if case.find("failure") is not None or case.find("error") is not None:
             names.append(f"{case.get('classname')}::{case.get('name')}")
     return names
@@ -46,8 +45,8 @@ def tail(path: Path, lines: int = 5) -> list[str]:
 
 def suite_section(work: Path) -> dict | None:
     if (work / "suite.xml").exists():
-        return {"finished": True, "counts": suite_counts(work / "suite.xml"),
-                "failed": failed_tests(work / "suite.xml")}
+        root = ET.parse(work / "suite.xml").getroot()
+        return {"finished": True, "counts": suite_counts(root), "failed": failed_tests(root)}
     if (work / "suite.log").exists():
         return {"finished": False, "log_tail": tail(work / "suite.log")}
     return None
