@@ -86,10 +86,27 @@ def _empty(shape: tuple[int, ...], dtype: np.dtype, like):
     return raw[start:start + size].view(dtype).reshape(shape)
 
 
+def _compiled_by_xla() -> bool:
+    """Whether the graph being traced is compiled by XLA (TensorFlow's own test; False if
+    it cannot be asked, and XLA's own error follows)."""
+    try:
+        from tensorflow.python.framework import ops
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # pragma: no cover - TensorFlow moved it
+        return False
+    return control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph())
+
+
 def _eager(function, inputs: list[tf.Tensor], outputs: list[tf.DType], shapes):
     """Run ``function`` on eager tensors: directly, or in a py_function inside a graph."""
     if tf.executing_eagerly():
         return function(*inputs)
+    if _compiled_by_xla():
+        raise NotImplementedError(
+            "cuscan cannot run inside a function compiled by XLA, since XLA cannot call back "
+            "into Python; got a call under tf.function(jit_compile=True) or a Keras model "
+            "compiled with XLA (Keras' default on a GPU): use tf.function without "
+            "jit_compile, or model.compile(..., jit_compile=False)")
     results = tf.py_function(function, inputs, outputs)
     for result, shape in zip(results, shapes, strict=True):
         result.set_shape(shape)

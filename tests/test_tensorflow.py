@@ -301,6 +301,34 @@ def test_errors():
         cuscan.linear_recurrence(tf.ragged.constant([[1.0], [2.0, 3.0]]), 1.0)
 
 
+def test_xla_compilation_is_refused_clearly():
+    """XLA cannot call back into Python: every entry point says so when traced under it,
+    instead of XLA's error about an unsupported EagerPyFunc when the graph runs."""
+    x = tf.ones((6, 2))
+    message = r"inside a function compiled by XLA.*jit_compile=False"
+    calls = {
+        "forward": lambda x: cuscan.linear_recurrence(0.5, x),
+        "vjp": lambda x: cuscan.linear_recurrence_vjp(x, 0.5, x)[1],
+        "signal": lambda x: cuscan.signal.lfilter([1.0], [1.0, -0.5], x, axis=0),
+    }
+    for name, call in calls.items():
+        with pytest.raises(NotImplementedError, match=message):
+            tf.function(call, jit_compile=True)(x)
+        np.testing.assert_allclose(tf.function(call)(x).numpy(), call(x).numpy(), err_msg=name)
+
+    keras = tf.keras
+    inputs = keras.Input((6, 2))
+    model = keras.Model(inputs, keras.layers.Lambda(
+        lambda v: cuscan.linear_recurrence(0.5, v, axis=1), output_shape=(6, 2))(inputs))
+    model.compile(loss="mse", jit_compile=True)
+    with pytest.raises(NotImplementedError, match=message):
+        model.predict(np.ones((3, 6, 2), np.float32), verbose=0)
+    model.compile(loss="mse", jit_compile=False)
+    np.testing.assert_allclose(model.predict(np.ones((3, 6, 2), np.float32), verbose=0),
+                               reference.linear_recurrence(0.5, np.ones((3, 6, 2)), axis=1),
+                               rtol=1e-6)
+
+
 def test_operands_on_different_devices():
     """Tensors on different devices (two logical CPUs, in a fresh process) are viewed on
     one, as TensorFlow's own operations copy operands, for the forward and the gradient."""
