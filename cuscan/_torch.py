@@ -201,10 +201,9 @@ def _sum_to(grad: torch.Tensor, shape: torch.Size, dtype: torch.dtype) -> torch.
     return grad.to(dtype)
 
 
-def _operand_gradients(ctx, grads) -> tuple:
+def _operand_gradients(ctx, decays, initial_state, grads) -> tuple:
     """Autograd's gradients of the forward's inputs from the VJP's ``grads``, each summed
     back and cast to its operand's shape and dtype."""
-    decays, _output, initial_state = ctx.saved_tensors
     grad_decays, grad_impulses, grad_state = grads
     grad_state = None if initial_state is None else _sum_to(grad_state, initial_state.shape,
                                                             initial_state.dtype)
@@ -214,9 +213,15 @@ def _operand_gradients(ctx, grads) -> tuple:
 
 
 def _backward_autograd(ctx, grad_output):
+    # ctx.saved_tensors is read once per backward: activation checkpointing
+    # (torch.utils.checkpoint) allows no more.
     decays, output, initial_state = ctx.saved_tensors
-    return _operand_gradients(ctx, _backward(grad_output, decays, output, initial_state,
-                                             ctx.axis, ctx.reverse))
+    return _fused_gradients(ctx, grad_output, decays, output, initial_state)
+
+
+def _fused_gradients(ctx, grad_output, decays, output, initial_state):
+    return _operand_gradients(ctx, decays, initial_state, _backward(
+        grad_output, decays, output, initial_state, ctx.axis, ctx.reverse))
 
 
 _forward.register_autograd(_backward_autograd, setup_context=_setup_context)
@@ -285,10 +290,10 @@ class _Recurrence(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        if not torch.is_grad_enabled():  # the fused kernels
-            return _backward_autograd(ctx, grad_output)
         decays, output, initial_state = ctx.saved_tensors
-        return _operand_gradients(ctx, _differentiable_vjp(
+        if not torch.is_grad_enabled():  # the fused kernels
+            return _fused_gradients(ctx, grad_output, decays, output, initial_state)
+        return _operand_gradients(ctx, decays, initial_state, _differentiable_vjp(
             grad_output, decays, output, initial_state, ctx.axis, ctx.reverse))
 
 

@@ -183,6 +183,36 @@ def test_gradient_matches_the_vjp(device):
     torch.testing.assert_close(impulses.grad, grad_impulses)
 
 
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing(device, reentrant):
+    """Under torch.utils.checkpoint the gradients, first and second order, are those
+    computed without it (the backward reads its saved tensors once, as checkpointing
+    requires)."""
+    generator = torch.Generator().manual_seed(6)
+    inputs = [torch.rand(30, 4, generator=generator, dtype=torch.float64),
+              torch.randn(30, 4, generator=generator, dtype=torch.float64),
+              torch.randn(4, generator=generator, dtype=torch.float64)]
+
+    def block(a, x, s):
+        return torch.tanh(cuscan.linear_recurrence(torch.sigmoid(a), x, s))
+
+    def gradients(checkpointed: bool, order: int):
+        leaves = [v.to(device).requires_grad_() for v in inputs]
+        if checkpointed:
+            h = torch.utils.checkpoint.checkpoint(block, *leaves, use_reentrant=reentrant)
+        else:
+            h = block(*leaves)
+        if order == 1:  # .backward(), which reentrant checkpointing requires
+            (h ** 2).sum().backward()
+            return [v.grad for v in leaves]
+        grads = torch.autograd.grad((h ** 2).sum(), leaves, create_graph=True)
+        return torch.autograd.grad(sum(g.square().sum() for g in grads), leaves)
+
+    for order in (1,) if reentrant else (1, 2):  # reentrant checkpointing is first order only
+        for ours, plain in zip(gradients(True, order), gradients(False, order), strict=True):
+            torch.testing.assert_close(ours, plain)
+
+
 def test_opcheck(device):
     decays = torch.rand(33, 4, dtype=torch.float64, device=device, requires_grad=True)
     impulses = torch.randn(33, 4, dtype=torch.float64, device=device, requires_grad=True)
