@@ -7,7 +7,6 @@ import operator
 from typing import Any, Literal
 
 import numpy as np
-from numpy.lib.array_utils import normalize_axis_index
 
 from cuscan import _backend, _dtypes
 
@@ -388,7 +387,9 @@ def time_axis(axis: int, shape: tuple[int, ...]) -> int:
         index = operator.index(axis)
     except TypeError:
         raise TypeError(f"`axis` must be an integer; got {axis!r}{_static_hint(axis)}") from None
-    return normalize_axis_index(index, len(shape))
+    if not -len(shape) <= index < len(shape):  # in Python, which torch.compile traces
+        raise np.exceptions.AxisError(index, len(shape))
+    return index % len(shape)
 
 
 def _check_state(state_shape, shape: tuple[int, ...], axis: int) -> None:

@@ -1076,6 +1076,57 @@ def test_framework_compiled(framework):
                                atol=1e-12)
 
 
+# Inductor's own imports use a deprecated torch.jit decorator, and Dynamo reads .grad of
+# the tensors a function it does not trace returns in a tuple (any such function).
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+def test_torch_compile():
+    """torch.compile breaks the graph around each filter, whose design it cannot trace (cold
+    caches included), and runs ema inside the graph (fullgraph=True); values and gradients
+    are the uncompiled ones."""
+    torch = require("torch")
+    from cuscan.signal import _filters
+
+    _filters._stages.cache_clear()  # the design runs inside the compiled call
+    torch._dynamo.reset()
+    rng = np.random.default_rng(12)
+    b, a = ss.butter(3, 0.2)
+    sos = ss.butter(4, 0.1, output="sos")
+    zi = rng.standard_normal((2, 3))
+    calls = {
+        "lfilter": lambda x: signal.lfilter(b, a, x),
+        "lfilter, zi, lfiltic": lambda x: signal.lfilter(
+            b, a, x, zi=torch.as_tensor(zi + signal.lfiltic(b, a, [1.0, 2.0])))[0],
+        "lfilter_zi": lambda x: signal.lfilter(
+            b, a, x, zi=torch.as_tensor(signal.lfilter_zi(b, a)) * x[:, :1])[0],
+        "sosfilt": lambda x: signal.sosfilt(sos, x),
+        "sosfilt_zi": lambda x: signal.sosfilt(
+            sos, x, zi=torch.as_tensor(signal.sosfilt_zi(sos))[:, None] * x[:, :1])[0],
+        "filtfilt": lambda x: signal.filtfilt(b, a, x),
+        "filtfilt, gust": lambda x: signal.filtfilt(b, a, x, method="gust"),
+        "sosfiltfilt": lambda x: signal.sosfiltfilt(sos, x),
+    }
+    x = torch.as_tensor(rng.standard_normal((2, 300)))
+    x[0, 7:11] = float("nan")
+    alpha = torch.tensor([[0.3], [0.7]], dtype=torch.float64)
+    fullgraph = {
+        "ema": lambda x: signal.ema(x.nan_to_num(), 0.2),
+        "ema, alpha tensor, adjust": lambda x: signal.ema(x.nan_to_num(), alpha, adjust=True),
+        "ema, nan_policy='omit'": lambda x: signal.ema(x, alpha, nan_policy="omit",
+                                                       min_periods=3),
+    }
+    for name, call in {**calls, **fullgraph}.items():
+        signal_ = x if name in fullgraph else x.nan_to_num()
+        results = []
+        for function in (call, torch.compile(call, fullgraph=name in fullgraph)):
+            leaf = signal_.clone().requires_grad_()
+            y = function(leaf)
+            y.nan_to_num().square().sum().backward()
+            results.append((y.detach(), leaf.grad))
+        for compiled, plain in zip(results[1], results[0], strict=True):
+            torch.testing.assert_close(compiled, plain, equal_nan=True, msg=name)
+
+
 def test_coefficients_that_require_grad_are_refused():
     torch = require("torch")
     a = torch.tensor([1.0, -0.5], requires_grad=True)

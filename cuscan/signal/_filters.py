@@ -5,6 +5,7 @@ from __future__ import annotations
 import cmath
 import functools
 import numbers
+import sys
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,24 @@ from cuscan._api import check_given, linear_recurrence, public, time_axis
 from cuscan.signal._arrays import _Arrays, namespace
 
 ArrayLike = Any
+
+
+def _outside_torch_compile(function):
+    """``function``, run as Python even when ``torch.compile`` meets it.
+
+    The filters design on the host with NumPy (roots refined in exact
+    arithmetic, pseudo-inverses, caches) what torch.compile cannot trace: it
+    breaks the graph around the call, which runs as written, its recurrences
+    as cuscan's operators. No graph is broken outside torch.compile.
+    """
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.compiler.is_compiling():
+            return torch.compiler.disable(function)(*args, **kwargs)
+        return function(*args, **kwargs)
+
+    return wrapper
 
 
 def _host(coefficients, name: str) -> np.ndarray:
@@ -318,6 +337,7 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
 
 
 @public
+@_outside_torch_compile
 def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
             zi: ArrayLike | None = None):
     """Filter `x` with the IIR filter ``b(z) / a(z)``, as ``scipy.signal.lfilter``.
@@ -391,6 +411,7 @@ def _sections(sos) -> np.ndarray:
 
 
 @public
+@_outside_torch_compile
 def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None = None):
     """Filter `x` with cascaded second-order sections, as ``scipy.signal.sosfilt``.
 
@@ -456,6 +477,7 @@ def _cascade(sos: np.ndarray, ns, x, axis: int, zi):
 
 
 @public
+@_outside_torch_compile
 def lfilter_zi(b: ArrayLike, a: ArrayLike) -> np.ndarray:
     """The steady-state initial state of `lfilter` for a step input, as SciPy's.
 
@@ -485,6 +507,7 @@ def lfilter_zi(b: ArrayLike, a: ArrayLike) -> np.ndarray:
 
 
 @public
+@_outside_torch_compile
 def sosfilt_zi(sos: ArrayLike) -> np.ndarray:
     """The steady-state initial states of `sosfilt` for a step input, as SciPy's.
 
@@ -500,6 +523,7 @@ def sosfilt_zi(sos: ArrayLike) -> np.ndarray:
 
 
 @public
+@_outside_torch_compile
 def lfiltic(b: ArrayLike, a: ArrayLike, y: ArrayLike, x: ArrayLike | None = None,
             axis: int = -1):
     """The `lfilter` state that past outputs and inputs leave, as ``scipy.signal.lfiltic``.
@@ -723,10 +747,11 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
             raise ValueError(f"`alpha` must be a scalar, have x's shape without axis "
                              f"{tuple(channel_shape)}, or broadcast to x's shape "
                              f"{tuple(x.shape)}; got {shape}") from None
-        values = ns.host(alpha) if ns.concrete(alpha) else np.zeros(0)
-        if not ((values > 0) & (values <= 1)).all():
-            raise ValueError(f"every `alpha` must lie in (0, 1]; got values from "
-                             f"{values.min()} to {values.max()}")
+        if ns.concrete(alpha):  # values being traced are not checked
+            values = ns.host(alpha)
+            if not ((values > 0) & (values <= 1)).all():
+                raise ValueError(f"every `alpha` must lie in (0, 1]; got values from "
+                                 f"{values.min()} to {values.max()}")
     if x.shape[axis] == 0:
         return x * 1
     _, dtype = _dtypes(ns, x)  # x's own
@@ -789,6 +814,7 @@ def _ema_omitting(ns, x, alpha, axis: int, adjust: bool, ignore_na: bool, dtype:
 
 
 @public
+@_outside_torch_compile
 def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
              padlen: int | None = None, method: str = "pad", irlen: int | None = None):
     """Filter `x` forward and backward (zero phase), as ``scipy.signal.filtfilt``.
@@ -962,6 +988,7 @@ def _gustafsson_operators(b: np.ndarray, a: np.ndarray, span: int, whole: bool):
 
 
 @public
+@_outside_torch_compile
 def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
                 padlen: int | None = None):
     """Filter `x` forward and backward with second-order sections, as
