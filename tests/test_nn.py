@@ -383,6 +383,23 @@ def test_errors():
         qrnn(x[:, 0], (c, None, None))
     with pytest.raises(ValueError, match=r"got str"):
         GILRLSTM(3, 4)(x, "state")
+    with pytest.raises(TypeError, match=r"^GILR\(\) got an unexpected keyword argument 'window'"):
+        GILR(3, 4, window=2)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_device_and_dtype(name):
+    """``device`` and ``dtype`` make the parameters as torch.nn modules make theirs: in that
+    dtype, and on the meta device without memory (shapes only)."""
+    model = MODELS[name](3, 5, num_layers=2, bidirectional=True, dtype=torch.float64)
+    assert {p.dtype for p in model.parameters()} == {torch.float64}
+    x = torch.randn(6, 2, model.input_size, dtype=torch.float64)
+    assert model(x)[0].dtype == torch.float64
+    meta = MODELS[name](3, 5, num_layers=2, device="meta")
+    assert {p.device.type for p in meta.parameters()} == {"meta"}
+    output, _ = meta(torch.empty(x.shape, device="meta"))
+    assert output.shape == (6, 2, 5)
+    assert output.device.type == "meta"
 
 
 @pytest.mark.parametrize("name", ["gilr-lstm", "qrnn-10"])

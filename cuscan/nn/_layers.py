@@ -34,11 +34,16 @@ class _Stack(nn.Module):
     """
 
     state_names: tuple[str, ...] = ("h",)
+    layer_options: tuple[str, ...] = ()  # keywords of a subclass's own, passed to _layer
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, *,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 method: str = "auto", **layer_options):
+                 method: str = "auto", device=None, dtype=None, **layer_options):
         super().__init__()
+        unknown = sorted(set(layer_options) - set(self.layer_options))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument "
+                            f"{unknown[0]!r}")
         for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
                             ("num_layers", num_layers)):
             _check_count(name, value)
@@ -53,12 +58,13 @@ class _Stack(nn.Module):
         # Layer i's directions are layers[i * directions:(i + 1) * directions], as the
         # states are ordered in torch.nn.LSTM; each layer after the first reads the
         # concatenated outputs of the directions before it.
+        factory = {"device": device, "dtype": dtype}  # as torch.nn modules take them
         self.layers = nn.ModuleList(
             self._layer(input_size if i < directions else directions * hidden_size,
-                        hidden_size, **layer_options)
+                        hidden_size, factory, **layer_options)
             for i in range(num_layers * directions))
 
-    def _layer(self, input_size: int, hidden_size: int, **options) -> nn.Module:
+    def _layer(self, input_size: int, hidden_size: int, factory: dict, **options) -> nn.Module:
         raise NotImplementedError
 
     def forward(self, inputs, state=None):
@@ -201,9 +207,9 @@ def _final(sequence, initial, lengths):
 
 
 class _GILRLayer(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int):
+    def __init__(self, input_size: int, hidden_size: int, factory: dict):
         super().__init__()
-        self.linear = nn.Linear(input_size, 2 * hidden_size)  # U and V with b_g, b_z
+        self.linear = nn.Linear(input_size, 2 * hidden_size, **factory)  # U, V with b_g, b_z
 
     def sequence(self, x, initial, method):
         """``h`` at every step."""
@@ -242,6 +248,9 @@ class GILR(_Stack):
         ``torch.nn.LSTM``'s (layer, then direction).
     method : {"auto", "serial", "parallel"}, default "auto"
         How ``cuscan.linear_recurrence`` runs; the numbers agree to rounding.
+    device, dtype : optional
+        Where and in which dtype the parameters are made, as for ``torch.nn``
+        modules (``device="meta"`` makes them without memory).
 
     Examples
     --------
@@ -253,16 +262,17 @@ class GILR(_Stack):
     (torch.Size([100, 3, 8]), torch.Size([2, 3, 8]))
     """
 
-    def _layer(self, input_size, hidden_size):
-        return _GILRLayer(input_size, hidden_size)
+    def _layer(self, input_size, hidden_size, factory):
+        return _GILRLayer(input_size, hidden_size, factory)
 
 
 class _GILRLSTMLayer(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int):
+    def __init__(self, input_size: int, hidden_size: int, factory: dict):
         super().__init__()
-        self.surrogate = _GILRLayer(input_size, hidden_size)  # V_g, V_j
-        self.inputs = nn.Linear(input_size, 4 * hidden_size)  # V_{f,i,o,z}, b_{f,i,o,z}
-        self.recurrent = nn.Linear(hidden_size, 4 * hidden_size, bias=False)  # U_{f,i,o,z}
+        self.surrogate = _GILRLayer(input_size, hidden_size, factory)  # V_g, V_j
+        # V_{f,i,o,z} with b_{f,i,o,z}, and U_{f,i,o,z}
+        self.inputs = nn.Linear(input_size, 4 * hidden_size, **factory)
+        self.recurrent = nn.Linear(hidden_size, 4 * hidden_size, bias=False, **factory)
 
     def forward(self, x, state, method, lengths):
         surrogate_state, cell_state = state
@@ -304,19 +314,20 @@ class GILRLSTM(_Stack):
 
     state_names = ("surrogate", "cell")
 
-    def _layer(self, input_size, hidden_size):
-        return _GILRLSTMLayer(input_size, hidden_size)
+    def _layer(self, input_size, hidden_size, factory):
+        return _GILRLSTMLayer(input_size, hidden_size, factory)
 
 
 class _SRULayer(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int):
+    def __init__(self, input_size: int, hidden_size: int, factory: dict):
         super().__init__()
-        self.linear = nn.Linear(input_size, 3 * hidden_size)  # W, W_f with b_f, W_r with b_r
+        # W, W_f with b_f, W_r with b_r
+        self.linear = nn.Linear(input_size, 3 * hidden_size, **factory)
         with torch.no_grad():
             self.linear.bias[:hidden_size].zero_()
         # The highway needs x in the hidden size: a projection when the sizes differ.
         self.highway = (nn.Identity() if input_size == hidden_size
-                        else nn.Linear(input_size, hidden_size, bias=False))
+                        else nn.Linear(input_size, hidden_size, bias=False, **factory))
 
     def forward(self, x, state, method, lengths):
         candidate, forget, reset = self.linear(x).chunk(3, dim=-1)
@@ -348,16 +359,16 @@ class SRU(_Stack):
     (torch.Size([2, 50, 8]), torch.Size([3, 2, 8]))
     """
 
-    def _layer(self, input_size, hidden_size):
-        return _SRULayer(input_size, hidden_size)
+    def _layer(self, input_size, hidden_size, factory):
+        return _SRULayer(input_size, hidden_size, factory)
 
 
 class _QRNNLayer(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int, window: int):
+    def __init__(self, input_size: int, hidden_size: int, window: int, factory: dict):
         super().__init__()
         self.window = window
         # One causal convolution giving Z, F and O.
-        self.conv = nn.Conv1d(input_size, 3 * hidden_size, window)
+        self.conv = nn.Conv1d(input_size, 3 * hidden_size, window, **factory)
 
     def forward(self, x, state, method, lengths):
         initial, before = state
@@ -425,17 +436,19 @@ class QRNN(_Stack):
     True
     """
 
+    layer_options = ("window",)
+
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, *,
                  window: int = 2, batch_first: bool = False, dropout: float = 0.0,
-                 bidirectional: bool = False, method: str = "auto"):
+                 bidirectional: bool = False, method: str = "auto", device=None, dtype=None):
         _check_count("window", window)
         super().__init__(input_size, hidden_size, num_layers, batch_first=batch_first,
                          dropout=dropout, bidirectional=bidirectional, method=method,
-                         window=window)
+                         device=device, dtype=dtype, window=window)
         self.window = window
 
-    def _layer(self, input_size, hidden_size, window):
-        return _QRNNLayer(input_size, hidden_size, window)
+    def _layer(self, input_size, hidden_size, factory, window):
+        return _QRNNLayer(input_size, hidden_size, window, factory)
 
     def _split(self, state, batch):
         layers = len(self.layers)
