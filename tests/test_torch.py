@@ -7,7 +7,7 @@ import pytest
 
 import cuscan
 from tests import reference
-from tests.conftest import _gpu_available, assert_close, require
+from tests.conftest import _gpu_available, assert_close, require, run_in_fresh_process
 
 torch = require("torch")
 from cuscan import _torch  # noqa: E402  (needs torch)
@@ -242,6 +242,28 @@ def test_compile_fullgraph(device, compiler):
     torch.testing.assert_close(loss, layer(decays, impulses))
     torch.testing.assert_close(decays.grad, expected_grads[0])
     torch.testing.assert_close(impulses.grad, expected_grads[1])
+
+
+def test_exported_programs_load_after_importing_cuscan_nn(tmp_path):
+    """A program saved by torch.export runs in a new process that imports cuscan.nn (which
+    registers torch.ops.cuscan), with the values of the program it was exported from."""
+    class Model(torch.nn.Module):
+        def forward(self, a, x, s):
+            return cuscan.linear_recurrence(torch.sigmoid(a), x, s, axis=1, reverse=True)
+
+    generator = torch.Generator().manual_seed(8)
+    inputs = (torch.randn(2, 9, 3, generator=generator), torch.randn(2, 9, 3, generator=generator),
+              torch.randn(2, 3, generator=generator))
+    program = torch.export.export(Model(), inputs)
+    torch.export.save(program, tmp_path / "model.pt2")
+    torch.save({"inputs": inputs, "expected": Model()(*inputs)}, tmp_path / "data.pt")
+    run_in_fresh_process(f"""
+        import torch
+        import cuscan.nn
+        program = torch.export.load({str(tmp_path / "model.pt2")!r})
+        data = torch.load({str(tmp_path / "data.pt")!r})
+        torch.testing.assert_close(program.module()(*data["inputs"]), data["expected"])
+    """)
 
 
 MIXED = [(torch.int64, torch.float32), (torch.int16, torch.float16), (torch.bool, torch.bfloat16),
