@@ -197,7 +197,7 @@ def test_activation_checkpointing(device, reentrant):
         return torch.tanh(cuscan.linear_recurrence(torch.sigmoid(a), x, s))
 
     def gradients(checkpointed: bool, order: int):
-        leaves = [v.to(device).requires_grad_() for v in inputs]
+        leaves = [v.to(device).clone().requires_grad_() for v in inputs]  # fresh leaves
         if checkpointed:
             h = torch.utils.checkpoint.checkpoint(block, *leaves, use_reentrant=reentrant)
         else:
