@@ -215,10 +215,6 @@ def _backward_autograd(ctx, grad_output):
     # ctx.saved_tensors is read once per backward: activation checkpointing
     # (torch.utils.checkpoint) allows no more.
     decays, output, initial_state = ctx.saved_tensors
-    return _fused_gradients(ctx, grad_output, decays, output, initial_state)
-
-
-def _fused_gradients(ctx, grad_output, decays, output, initial_state):
     return _operand_gradients(ctx, decays, initial_state, _backward(
         grad_output, decays, output, initial_state, ctx.axis, ctx.reverse))
 
@@ -289,9 +285,9 @@ class _Recurrence(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        decays, output, initial_state = ctx.saved_tensors
         if not torch.is_grad_enabled():  # the fused kernels
-            return _fused_gradients(ctx, grad_output, decays, output, initial_state)
+            return _backward_autograd(ctx, grad_output)
+        decays, output, initial_state = ctx.saved_tensors
         return _operand_gradients(ctx, decays, initial_state, _differentiable_vjp(
             grad_output, decays, output, initial_state, ctx.axis, ctx.reverse))
 
