@@ -67,8 +67,9 @@ def _loop_layer(layer, x, state):
     if isinstance(layer, _layers._SRULayer):
         c = zeros if state is None else state
         for t in range(steps):
-            candidate, f, r = layer.linear(x[t]).chunk(3, dim=-1)
-            f, r = torch.sigmoid(f), torch.sigmoid(r)
+            candidate, f, r = layer.linear(x[t]).chunk(3, dim=-1)  # W x, W_f x, W_r x
+            b_f, b_r = layer.bias.chunk(2)
+            f, r = torch.sigmoid(f + b_f), torch.sigmoid(r + b_r)
             c = f * c + (1 - f) * candidate
             outputs.append(r * torch.tanh(c) + (1 - r) * layer.highway(x[t]))
         return torch.stack(outputs), c
@@ -400,6 +401,31 @@ def test_device_and_dtype(name):
     output, _ = meta(torch.empty(x.shape, device="meta"))
     assert output.shape == (6, 2, 5)
     assert output.device.type == "meta"
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_reset_parameters(name):
+    """A model made on the meta device, materialised by ``to_empty`` and reset, is
+    initialised as one made directly: the same parameters from the same seed, and
+    the same outputs."""
+    torch.manual_seed(1)
+    direct = MODELS[name](3, 5, num_layers=2, bidirectional=True)
+    model = MODELS[name](3, 5, num_layers=2, bidirectional=True, device="meta")
+    model.to_empty(device="cpu")
+    torch.manual_seed(1)
+    model.reset_parameters()
+    for (key, mine), theirs in zip(model.state_dict().items(), direct.state_dict().values(),
+                                   strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=0, msg=key)
+    x = torch.randn(7, 2, model.input_size)
+    torch.testing.assert_close(model(x)[0], direct(x)[0])
+    # As sharding wrappers do it: each module with parameters of its own reset alone.
+    model.to_empty(device="cpu")
+    torch.manual_seed(1)
+    for module in model.modules():
+        if module is not model and hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+    torch.testing.assert_close(model(x)[0], direct(x)[0])
 
 
 @pytest.mark.parametrize("name", ["gilr-lstm", "qrnn-10"])

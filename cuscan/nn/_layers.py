@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -66,6 +67,18 @@ class _Stack(nn.Module):
 
     def _layer(self, input_size: int, hidden_size: int, factory: dict, **options) -> nn.Module:
         raise NotImplementedError
+
+    def reset_parameters(self) -> None:
+        """Draw every parameter afresh as at construction, in place.
+
+        For example after ``to_empty`` on a model made with ``device="meta"``.
+        Each submodule draws only its own parameters, so calling the
+        submodules' ``reset_parameters`` one by one, as sharding wrappers
+        do, initialises the whole model too.
+        """
+        for module in self.modules():
+            if module is not self and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
 
     def forward(self, inputs, state=None):
         """Run the stack over a sequence.
@@ -321,17 +334,24 @@ class GILRLSTM(_Stack):
 class _SRULayer(nn.Module):
     def __init__(self, input_size: int, hidden_size: int, factory: dict):
         super().__init__()
-        # W, W_f with b_f, W_r with b_r
-        self.linear = nn.Linear(input_size, 3 * hidden_size, **factory)
-        with torch.no_grad():
-            self.linear.bias[:hidden_size].zero_()
+        self.input_size = input_size
+        # b_f, b_r; drawn first, as the reset of the whole model draws them.
+        self.bias = nn.Parameter(torch.empty(2 * hidden_size, **factory))
+        self.reset_parameters()
+        self.linear = nn.Linear(input_size, 3 * hidden_size, bias=False, **factory)  # W, W_f, W_r
         # The highway needs x in the hidden size: a projection when the sizes differ.
         self.highway = (nn.Identity() if input_size == hidden_size
                         else nn.Linear(input_size, hidden_size, bias=False, **factory))
 
+    def reset_parameters(self):
+        """Draw the gates' biases as ``torch.nn.Linear`` draws its own (the weights are
+        the ``Linear`` modules', reset by theirs)."""
+        bound = 1 / math.sqrt(self.input_size) if self.input_size else 0
+        nn.init.uniform_(self.bias, -bound, bound)
+
     def forward(self, x, state, method, lengths):
-        candidate, forget, reset = self.linear(x).chunk(3, dim=-1)
-        forget, reset = torch.sigmoid(forget), torch.sigmoid(reset)
+        candidate, gates = self.linear(x).tensor_split([self.bias.shape[0] // 2], dim=-1)
+        forget, reset = torch.sigmoid(gates + self.bias).chunk(2, dim=-1)
         c = _scan(forget, (1 - forget) * candidate, state[0], method)
         h = reset * torch.tanh(c) + (1 - reset) * self.highway(x)
         return h, (_final(c, state[0], lengths),)
