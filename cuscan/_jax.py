@@ -113,8 +113,43 @@ def _varying(aval) -> frozenset:
     return frozenset(mat.varying if mat is not None else getattr(aval, "vma", ()))
 
 
+# ---- explicit sharding ---------------------------------------------------------------------
+#
+# Over a mesh with explicit axes (``jax.make_mesh``'s default) JAX types each value with its
+# sharding, and a gradient must have its operand's. cuscan's callbacks run on whole arrays,
+# so `_bind` gathers sharded operands whole first, by ``jax.sharding.reshard`` (which JAX
+# differentiates: the gradients come back in the operands' shardings), and the front door
+# gives the results the shardings of the operands they match.
+
+
+def _sharding(value):
+    """``value``'s sharding over explicit mesh axes, or None where it has none."""
+    sharding = getattr(jax.typeof(value), "sharding", None)
+    if sharding is None or all(entry is None for entry in getattr(sharding, "spec", ())):
+        return None
+    return sharding
+
+
+def _reshard(value, sharding):
+    """``value`` laid out as ``sharding`` says (unchanged where ``sharding`` is None)."""
+    if sharding is None or value is None:
+        return value
+    return jax.sharding.reshard(value, sharding)
+
+
+def _whole(value):
+    """``value`` replicated whole on every device of its mesh, where it is sharded."""
+    sharding = _sharding(value)
+    if sharding is None:
+        return value
+    replicated = jax.sharding.PartitionSpec(*(None,) * len(sharding.spec))
+    return jax.sharding.reshard(value, jax.sharding.NamedSharding(sharding.mesh, replicated))
+
+
 def _bind(primitive, *operands, **params):
-    """``primitive.bind`` with every operand made to vary over the same manual axes."""
+    """``primitive.bind`` with every operand whole and made to vary over the same manual
+    axes."""
+    operands = [_whole(v) for v in operands]
     varying = [_varying(jax.typeof(v)) for v in operands]
     axes = frozenset().union(*varying)
     if axes:
@@ -425,7 +460,8 @@ def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method)
     initial_state = _with_rank(initial_state, ndim - 1)
     # A negative axis stays right when vmap adds leading dimensions.
     operands = (decays, impulses) + (() if initial_state is None else (initial_state,))
-    return _bind(_forward_p, *operands, axis=axis - ndim, reverse=reverse, method=method)
+    output = _bind(_forward_p, *operands, axis=axis - ndim, reverse=reverse, method=method)
+    return _reshard(output, _sharding(impulses))
 
 
 def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, reverse):
@@ -447,5 +483,7 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, r
     grads = _bind(_vjp_p, *operands, axis=axis - ndim, reverse=reverse,
                   shapes=tuple(v.shape for v in operands[1:]))
     grad_decays, grad_impulses, grad_state = _with_state(grads, 2)
-    return (grad_decays.reshape(decays.shape), grad_impulses,
-            None if initial_state is None else grad_state.reshape(initial_state.shape))
+    return (_reshard(grad_decays.reshape(decays.shape), _sharding(decays)),
+            _reshard(grad_impulses, _sharding(output)),
+            None if initial_state is None else
+            _reshard(grad_state.reshape(initial_state.shape), _sharding(initial_state)))

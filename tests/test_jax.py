@@ -463,9 +463,10 @@ def test_errors_at_trace_time():
 
 def test_sharded_arrays():
     """Four CPU devices (in a fresh process): jit over sharded inputs gives the full result;
-    shard_map over the channels runs each shard and keeps the sharding."""
+    shard_map over the channels runs each shard and keeps the sharding; over explicit mesh
+    axes results and gradients keep their operands' shardings."""
     script = """
-        import jax, jax.numpy as jnp, numpy as np, cuscan
+        import jax, jax.numpy as jnp, numpy as np, cuscan, cuscan.signal
         from jax.sharding import NamedSharding, PartitionSpec as P
         mesh = jax.make_mesh((4,), ("b",))
         values = np.random.default_rng(0).standard_normal((2, 36, 8)).astype(np.float32)
@@ -506,6 +507,42 @@ def test_sharded_arrays():
                                         in_specs=P(None, "b"), out_specs=P(None, "b")))
         h = batched(put(values[0]), put(values[1]))
         np.testing.assert_allclose(np.asarray(h), expected, rtol=1e-6)
+
+        # Outside shard_map, the mesh's axes are explicit (make_mesh's default): JAX types
+        # every value with its sharding, and a gradient must have its operand's. Channels
+        # (axis 1) or time (axis 0) split; the state split with the channels or whole.
+        state = values[0][0]
+        padded = lambda spec: (*spec, None, None)[:2]  # P("b") is P("b", None)
+        same = lambda sharding, spec: padded(sharding.spec) == padded(spec)
+        loss = lambda a, x, s: (cuscan.linear_recurrence(a, x, s) ** 2).sum()
+        expected_grads = jax.grad(loss, argnums=(0, 1, 2))(*values, state)
+        with jax.set_mesh(mesh):
+            for spec, state_spec in [(P(None, "b"), P("b")), (P("b"), P())]:
+                split = [jax.device_put(v, NamedSharding(mesh, spec)) for v in values]
+                s = jax.device_put(state, NamedSharding(mesh, state_spec))
+                h = cuscan.linear_recurrence(*split, s)
+                assert same(h.sharding, spec), h.sharding
+                for f in (jax.grad(loss, argnums=(0, 1, 2)),
+                          jax.jit(jax.grad(loss, argnums=(0, 1, 2)))):
+                    grads = f(*split, s)
+                    for mine, theirs, operand in zip(grads, expected_grads, (*split, s)):
+                        np.testing.assert_allclose(np.asarray(mine), np.asarray(theirs),
+                                                   rtol=1e-5)
+                        assert same(mine.sharding, operand.sharding.spec), mine.sharding
+                tangent = jax.jvp(cuscan.linear_recurrence, tuple(split), tuple(split))[1]
+                assert same(tangent.sharding, spec)
+                grads = cuscan.linear_recurrence_vjp(split[1], split[0], h, s)
+                for grad, expected_spec in zip(grads, (spec, spec, state_spec)):
+                    assert same(grad.sharding, expected_spec), grad.sharding
+                # cuscan.signal, its time axis split or not
+                for f in (lambda x: cuscan.signal.sosfilt([[1, 0.5, 0, 1, -0.5, 0]], x, axis=0),
+                          lambda x: cuscan.signal.ema(x, 0.3, axis=0)):
+                    np.testing.assert_allclose(np.asarray(f(split[1])), f(values[1]),
+                                               rtol=1e-5, atol=1e-6)
+                    grad = jax.grad(lambda x: f(x).sum())(split[1])
+                    np.testing.assert_allclose(np.asarray(grad), np.asarray(
+                        jax.grad(lambda x: f(x).sum())(values[1])), rtol=1e-5)
+                    assert same(grad.sharding, spec), grad.sharding
     """
     run_in_fresh_process(script, XLA_FLAGS="--xla_force_host_platform_device_count=4",
                          JAX_PLATFORMS="cpu")

@@ -53,6 +53,10 @@ class _Arrays:
     def cast(self, x, dtype: np.dtype):
         return x.astype(dtype, copy=False)
 
+    def whole_along(self, x, axis: int):
+        """``x`` with all of ``axis`` on each device that holds a part of it."""
+        return x
+
     def add_into(self, w, key, value):
         w[key] += value
         return w
@@ -190,6 +194,18 @@ class _Jax(_Arrays):
 
     def add_into(self, w, key, value):
         return w.at[key].add(value)
+
+    def whole_along(self, x, axis: int):
+        # Split along time over explicit mesh axes, x is gathered there (JAX types the
+        # indexing of a split axis as an error), keeping the split of the other axes.
+        from cuscan import _jax
+
+        sharding = _jax._sharding(x)
+        spec = [*sharding.spec, *(None,) * x.ndim][:x.ndim] if sharding is not None else []
+        if not spec or spec[axis] is None:
+            return x
+        spec[axis] = None
+        return _jax._reshard(x, sharding.update(spec=self.jax.sharding.PartitionSpec(*spec)))
 
     def concrete(self, x) -> bool:
         return not isinstance(x, self.jax.core.Tracer)

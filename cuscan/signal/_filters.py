@@ -52,12 +52,14 @@ def _host(coefficients, name: str) -> np.ndarray:
     return coefficients
 
 
-def _signal(x, zi=None):
-    """The namespace of ``x``'s library and ``x`` as a float32/64 or complex64/128 array
-    of it."""
+def _signal(x, axis: int, zi=None):
+    """The namespace of ``x``'s library, ``x`` as a float32/64 or complex64/128 array of
+    it, whole along its time axis (see ``whole_along``), and that axis, normalised."""
     check_given({"x": x, "zi": zi}, optional=("zi",))
     ns = namespace({"x": x, "zi": zi})
-    return ns, _inexact(ns, x, "x")
+    x = _inexact(ns, x, "x")
+    axis = time_axis(axis, tuple(x.shape))
+    return ns, ns.whole_along(x, axis), axis
 
 
 def _inexact(ns, value, name: str, like=None):
@@ -390,8 +392,7 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     array([1.   , 0.5  , 0.25 , 0.125])
     """
     b, a = _normalized(b, a)
-    ns, x = _signal(x, zi)
-    axis = time_axis(axis, tuple(x.shape))
+    ns, x, axis = _signal(x, axis, zi)
     order = max(a.size, b.size) - 1
     zi = _state(ns, zi, x, axis, order)
     y, zf = _filter(b, a, ns, x, axis, zi)
@@ -455,8 +456,7 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     array([1.   , 0.5  , 0.25 , 0.125])
     """
     sos = _sections(sos)
-    ns, x = _signal(x, zi)
-    axis = time_axis(axis, tuple(x.shape))
+    ns, x, axis = _signal(x, axis, zi)
     zi = _state(ns, zi, x, axis, 2, sections=sos.shape[0])
     work, out = _dtypes(ns, x, sos, state=zi)
     y, zf = _cascade(sos, ns, ns.cast(x, work), axis, zi)
@@ -722,8 +722,7 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
         raise ValueError("`ignore_na=True` says how to weigh around missing samples, so it "
                          "needs `nan_policy='omit'`; NaN propagates with 'propagate'")
     min_periods = 0 if min_periods is None else _length("min_periods", min_periods, 0)
-    ns, x = _signal(x)
-    axis = time_axis(axis, tuple(x.shape))
+    ns, x, axis = _signal(x, axis)
     if alpha is None or isinstance(alpha, (numbers.Number, np.generic, str, bytes)):
         if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, numbers.Real):
             raise TypeError(f"`alpha` must be a real number or an array of them; got "
@@ -737,6 +736,8 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
             raise TypeError(f"`alpha` must be a real number or an array of them; got dtype "
                             f"{alpha.dtype}")
         alpha = ns.cast(alpha, np.float32 if _single(ns, x) else np.float64)
+        if alpha.ndim == x.ndim:
+            alpha = ns.whole_along(alpha, axis)
         channel_shape = x.shape[:axis] + x.shape[axis + 1:]
         shape = tuple(alpha.shape)
         if len(shape) == x.ndim - 1 and shape == tuple(channel_shape) and shape:
@@ -881,8 +882,7 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     if irlen is not None:
         irlen = _length("irlen", irlen, minimum=1)
     b, a = _normalized(b, a)
-    ns, x = _signal(x)
-    axis = time_axis(axis, tuple(x.shape))
+    ns, x, axis = _signal(x, axis)
     work, out = _dtypes(ns, x, b, a)
     if method == "gust":
         return ns.cast(_gustafsson(b, a, ns, ns.cast(x, work), axis, irlen), out)
@@ -1026,8 +1026,7 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
     array([1., 1., 1., 1., 1., 1., 1., 1.])
     """
     sos = _sections(sos)
-    ns, x = _signal(x)
-    axis = time_axis(axis, tuple(x.shape))
+    ns, x, axis = _signal(x, axis)
     work, out = _dtypes(ns, x, sos)
     taps = 2 * len(sos) + 1 - min(np.sum(sos[:, 2] == 0), np.sum(sos[:, 5] == 0))
 
