@@ -15,6 +15,8 @@ passed.
 from __future__ import annotations
 
 import contextlib
+import functools
+import sys
 
 import numpy as np
 import torch
@@ -367,10 +369,83 @@ def _device(names: tuple[str, ...], values) -> torch.device:
     return next(iter(placed), torch.device("cpu"))
 
 
+# ---- DTensor: how the operators split over a device mesh ---------------------------------
+
+
+def _distributed(*tensors) -> bool:
+    """Whether any of ``tensors`` is a DTensor (whose module is then already imported)."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return module is not None and any(isinstance(t, module.DTensor) for t in tensors)
+
+
+@functools.cache
+def _register_sharding() -> None:
+    """Tell DTensor how the operators split (once, on the first DTensor seen).
+
+    Channels are independent: split along any axis but time, each device runs
+    the recurrence on its own channels. An operand broadcast along that axis
+    is read whole on every device, and its gradient, a sum over the axis, is
+    left partial (summed when next needed). Split along time, DTensor first
+    gathers or splits the operands along another axis, as it chooses.
+    """
+    from torch.distributed.tensor import Partial, Replicate, Shard
+    from torch.distributed.tensor.experimental import register_sharding
+
+    def own(spec, dim: int, rank: int):
+        """Which axis of an operand of ``spec`` (broadcast to ``rank`` axes) is ``dim``;
+        None where it is broadcast along ``dim``."""
+        index = dim - (rank - spec.ndim)
+        return index if index >= 0 and spec.shape[index] != 1 else None
+
+    def split(spec, dim: int, rank: int):
+        if spec is None:
+            return None
+        index = own(spec, dim, rank)
+        return Replicate() if index is None else Shard(index)
+
+    def gradient(spec, dim: int, rank: int):
+        index = own(spec, dim, rank)
+        return Partial() if index is None else Shard(index)
+
+    def channels(output_shape, axis: int):
+        """The axes the output splits along, each with its index in the state's shape
+        (the output's without the time axis)."""
+        axis %= len(output_shape)
+        return [(dim, dim if dim < axis else dim - 1) for dim, size in enumerate(output_shape)
+                if dim != axis and size > 1]
+
+    @register_sharding(torch.ops.cuscan.linear_recurrence.default)
+    def _(decays, impulses, initial_state, axis, reverse, method):
+        shape = torch.broadcast_shapes(decays.shape, impulses.shape)
+        rank = len(shape)
+        options = [([Replicate()], [Replicate(), Replicate(),
+                                    None if initial_state is None else Replicate()])]
+        for dim, state_dim in channels(shape, axis):
+            options.append(([Shard(dim)], [split(decays, dim, rank), split(impulses, dim, rank),
+                                           split(initial_state, state_dim, rank - 1)]))
+        return options
+
+    @register_sharding(torch.ops.cuscan.linear_recurrence_vjp.default)
+    def _(grad_output, decays, output, initial_state, axis, reverse):
+        rank = output.ndim
+        options = [([Replicate()] * 3, [Replicate()] * 3 + [
+            None if initial_state is None else Replicate()])]
+        for dim, state_dim in channels(output.shape, axis):
+            state = (Replicate() if initial_state is None
+                     else gradient(initial_state, state_dim, rank - 1))
+            options.append((
+                [gradient(decays, dim, rank), Shard(dim), state],
+                [split(grad_output, dim, rank), split(decays, dim, rank), Shard(dim),
+                 split(initial_state, state_dim, rank - 1)]))
+        return options
+
+
 def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method):
     """``cuscan.linear_recurrence`` for torch tensors (called by the front door)."""
     decays, impulses, initial_state = _as_tensors(
         ("decays", "impulses", "initial_state"), decays, impulses, initial_state)
+    if _distributed(decays, impulses, initial_state):
+        _register_sharding()
     return _recurrence(decays, impulses, initial_state, axis, reverse, method)
 
 
@@ -379,6 +454,8 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, r
     grad_output, decays, output, initial_state = _as_tensors(
         ("grad_output", "decays", "output", "initial_state"), grad_output, decays, output,
         initial_state)
+    if _distributed(grad_output, decays, output, initial_state):
+        _register_sharding()
     grad_decays, grad_impulses, grad_state = _backward(grad_output, decays, output,
                                                        initial_state, axis, reverse)
     return grad_decays, grad_impulses, None if initial_state is None else grad_state

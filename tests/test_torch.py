@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -264,6 +269,77 @@ def test_exported_programs_load_after_importing_cuscan_nn(tmp_path):
         data = torch.load({str(tmp_path / "data.pt")!r})
         torch.testing.assert_close(program.module()(*data["inputs"]), data["expected"])
     """)
+
+
+DTENSOR_SCRIPT = """
+import sys
+import torch
+import torch.distributed as dist
+import cuscan
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+
+rank, store = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+mesh = torch.distributed.device_mesh.init_device_mesh("cpu", (2,))
+generator = torch.Generator().manual_seed(0)
+T, B, D = 9, 4, 6
+# operand shapes (decays, impulses, state), axis, placements, and those of the output and
+# of the gradients (an operand broadcast along the split axis gets a partial sum)
+CASES = [
+    ((T, B, D), (T, B, D), (B, D), 0, (Shard(2), Shard(2), Shard(1)), Shard(2),
+     (Shard(2), Shard(2), Shard(1))),
+    ((D,), (T, B, D), (D,), 0, (Replicate(), Shard(1), Replicate()), Shard(1),
+     (Partial(), Shard(1), Partial())),
+    ((B, D, T), (B, D, T), (B, D), -1, (Shard(0), Shard(0), Shard(0)), Shard(0),
+     (Shard(0), Shard(0), Shard(0))),
+    (None, (B, D, T), None, -1, (None, Shard(2), None), None, None),  # split along time
+]
+for decays_shape, impulses_shape, state_shape, axis, placements, output, grads in CASES:
+    operands = [0.5 if shape is None else
+                torch.randn(shape, generator=generator, dtype=torch.float64)
+                for shape in (decays_shape, impulses_shape, state_shape)]
+    weights = torch.randn(impulses_shape, generator=generator, dtype=torch.float64)
+    leaves = [v.clone().requires_grad_() if isinstance(v, torch.Tensor) else v
+              for v in operands]
+    expected = cuscan.linear_recurrence(*leaves, axis=axis, reverse=True)
+    (expected * weights).sum().backward()
+    split = [distribute_tensor(v, mesh, [p]).requires_grad_() if p is not None else v
+             for v, p in zip(operands, placements)]
+    h = cuscan.linear_recurrence(*split, axis=axis, reverse=True)
+    assert isinstance(h, DTensor)
+    if output is not None:
+        assert h.placements == (output,), h.placements
+    torch.testing.assert_close(h.full_tensor(), expected)
+    (h * distribute_tensor(weights, mesh, h.placements)).sum().backward()
+    for mine, theirs in zip(split, leaves):
+        if isinstance(mine, DTensor):
+            torch.testing.assert_close(mine.grad.full_tensor(), theirs.grad)
+    if grads is not None:
+        vjp = cuscan.linear_recurrence_vjp(distribute_tensor(weights, mesh, h.placements),
+                                           split[0], h.detach(), split[2], axis=axis,
+                                           reverse=True)
+        assert tuple(g.placements[0] for g in vjp) == grads, [g.placements for g in vjp]
+        for mine, theirs in zip(vjp, leaves):
+            torch.testing.assert_close(mine.full_tensor(), theirs.grad)
+dist.destroy_process_group()
+"""
+
+
+def test_dtensor(tmp_path):
+    """DTensors split over two processes: along channels each runs its own part, with the
+    placements and gradients of the whole; split along time, the result is still right."""
+    if not torch.distributed.is_available():
+        pytest.skip("needs torch.distributed")
+    script = tmp_path / "dtensor.py"
+    script.write_text(DTENSOR_SCRIPT)
+    root = Path(__file__).resolve().parents[1]
+    processes = [subprocess.Popen([sys.executable, str(script), str(rank), str(tmp_path / "store")],
+                                  cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, env=dict(os.environ, PYTHONPATH=str(root)))
+                 for rank in range(2)]
+    for process in processes:
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, output[-3000:]
 
 
 MIXED = [(torch.int64, torch.float32), (torch.int16, torch.float16), (torch.bool, torch.bfloat16),
