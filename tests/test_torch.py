@@ -321,13 +321,32 @@ for decays_shape, impulses_shape, state_shape, axis, placements, output, grads i
         assert tuple(g.placements[0] for g in vjp) == grads, [g.placements for g in vjp]
         for mine, theirs in zip(vjp, leaves):
             torch.testing.assert_close(mine.full_tensor(), theirs.grad)
+
+# cuscan.signal, the signal split along channels or along time
+import cuscan.signal
+sos = [[1, 0.5, 0.2, 1, -0.5, 0.1], [1, -1, 0, 1, 0.3, 0]]
+FILTERS = [lambda x: cuscan.signal.sosfilt(sos, x), lambda x: cuscan.signal.sosfiltfilt(sos, x),
+           lambda x: cuscan.signal.lfilter([1, 2, 1], [1, -0.3], x),
+           lambda x: cuscan.signal.ema(x, 0.3, adjust=True)]
+x = torch.randn(4, 50, generator=generator, dtype=torch.float64)
+for placement in (Shard(0), Shard(1)):
+    for f in FILTERS:
+        split = distribute_tensor(x, mesh, [placement]).requires_grad_()
+        y = f(split)
+        leaf = x.clone().requires_grad_()
+        expected = f(leaf)
+        torch.testing.assert_close(y.full_tensor(), expected)
+        y.sum().backward()
+        expected.sum().backward()
+        torch.testing.assert_close(split.grad.full_tensor(), leaf.grad)
 dist.destroy_process_group()
 """
 
 
 def test_dtensor(tmp_path):
     """DTensors split over two processes: along channels each runs its own part, with the
-    placements and gradients of the whole; split along time, the result is still right."""
+    placements and gradients of the whole; split along time, the result is still right; and
+    so for cuscan.signal's filters."""
     if not torch.distributed.is_available():
         pytest.skip("needs torch.distributed")
     script = tmp_path / "dtensor.py"

@@ -119,7 +119,33 @@ class _Torch(_Arrays):
         torch = self.torch
         if isinstance(value, torch.Tensor):
             return value
-        return torch.as_tensor(np.asarray(value), device=None if like is None else like.device)
+        tensor = torch.as_tensor(np.asarray(value), device=None if like is None else like.device)
+        dtensor = self._dtensor(like)
+        if dtensor is not None:  # a constant beside a DTensor: the same on every process
+            return dtensor.from_local(tensor, like.device_mesh,
+                                      [self._replicate()] * like.device_mesh.ndim,
+                                      run_check=False)
+        return tensor
+
+    def _dtensor(self, x):
+        """The DTensor class if ``x`` is one, else None (its module is imported if so)."""
+        import sys
+
+        module = sys.modules.get("torch.distributed.tensor")
+        return module.DTensor if module is not None and isinstance(x, module.DTensor) else None
+
+    def _replicate(self):
+        from torch.distributed.tensor import Replicate
+
+        return Replicate()
+
+    def whole_along(self, x, axis: int):
+        # A DTensor split along time is gathered there (indexing a split axis in place
+        # goes wrong), keeping the split of the other axes.
+        if self._dtensor(x) is None or not any(p.is_shard(axis) for p in x.placements):
+            return x
+        return x.redistribute(placements=[self._replicate() if p.is_shard(axis) else p
+                                          for p in x.placements])
 
     def kind(self, x) -> str:
         dtype = x.dtype
