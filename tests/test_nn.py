@@ -428,6 +428,21 @@ def test_reset_parameters(name):
     torch.testing.assert_close(model(x)[0], direct(x)[0])
 
 
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("steps", [0, 5])
+def test_layer_outputs_are_not_views(name, steps):
+    """No layer returns a view: wrappers that hook each layer's outputs (FSDP's
+    ``fully_shard``) warn of views, since an in-place change to one escapes the hook."""
+    model, inputs = make(name)
+    x = torch.randn(steps, 2, inputs, dtype=torch.float64)
+    state = random_state(model, 2, torch.Generator().manual_seed(0))
+    for layer, initial in zip(model.layers, model._split(state, 2), strict=True):
+        output, final = layer(x, initial, "auto", None)
+        for tensor in flat((output, final)):
+            assert not tensor._is_view()
+        x = output
+
+
 @pytest.mark.parametrize("name", ["gilr-lstm", "qrnn-10"])
 def test_compile_fullgraph(name):
     """A stack (bidirectional here) compiles into one graph with the same values and

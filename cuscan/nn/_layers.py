@@ -210,13 +210,16 @@ def _reversed(x, lengths):
 
 def _final(sequence, initial, lengths):
     """The state after the last step: ``initial`` (or zeros) for an empty sequence,
-    and each sequence's own last step when ``lengths`` are given."""
+    and each sequence's own last step when ``lengths`` are given.
+
+    Never a view: wrappers such as FSDP's hook a layer's outputs, and warn of views.
+    """
     if lengths is not None:
         steps = (lengths - 1).to(sequence.device)
         return sequence[steps, torch.arange(sequence.shape[1], device=sequence.device)]
     if len(sequence):
-        return sequence[-1]
-    return sequence.new_zeros(sequence.shape[1:]) if initial is None else initial
+        return sequence[-1].clone()
+    return sequence.new_zeros(sequence.shape[1:]) if initial is None else initial.clone()
 
 
 class _GILRLayer(nn.Module):
@@ -408,7 +411,7 @@ class _QRNNLayer(nn.Module):
         # The inputs the next block's first steps see: the window - 1 before the end
         # (each sequence's own end when lengths are given).
         if lengths is None:
-            last = whole[steps:]
+            last = whole[steps:].clone()  # not a view (see _final)
         else:
             rows = lengths.to(x.device) + torch.arange(self.window - 1, device=x.device)[:, None]
             last = whole.gather(0, rows[..., None].expand(-1, -1, features))
