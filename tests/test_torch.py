@@ -339,6 +339,34 @@ for placement in (Shard(0), Shard(1)):
         y.sum().backward()
         expected.sum().backward()
         torch.testing.assert_close(split.grad.full_tensor(), leaf.grad)
+
+# cuscan.nn under FSDP (fully_shard each layer), made on the meta device: the same training
+# from the same parameters as without FSDP (both processes see the same batches, so the
+# averaged gradients are the gradients)
+from torch.distributed.fsdp import fully_shard
+from cuscan.nn import QRNN, GILRLSTM
+for make in (lambda: GILRLSTM(3, 4, num_layers=2), lambda: QRNN(3, 4, num_layers=2, window=3)):
+    torch.manual_seed(0)
+    expected = make().double()
+    with torch.device("meta"):
+        model = make().double()
+    for layer in model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    model.to_empty(device="cpu")
+    model.reset_parameters()  # draws each shard as DTensor draws, not as torch draws the whole
+    with torch.no_grad():
+        for mine, theirs in zip(model.parameters(), expected.parameters(), strict=True):
+            mine.copy_(distribute_tensor(theirs, mesh, mine.placements))
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, expected)]
+    for step in range(2):
+        x = torch.randn(7, 2, 3, generator=generator, dtype=torch.float64)
+        for m, optimizer in zip((model, expected), optimizers):
+            m(x)[0].square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    for mine, theirs in zip(model.parameters(), expected.parameters(), strict=True):
+        torch.testing.assert_close(mine.full_tensor(), theirs)
 dist.destroy_process_group()
 """
 
@@ -346,7 +374,7 @@ dist.destroy_process_group()
 def test_dtensor(tmp_path):
     """DTensors split over two processes: along channels each runs its own part, with the
     placements and gradients of the whole; split along time, the result is still right; and
-    so for cuscan.signal's filters."""
+    so for cuscan.signal's filters. cuscan.nn models train under FSDP as without it."""
     if not torch.distributed.is_available():
         pytest.skip("needs torch.distributed")
     script = tmp_path / "dtensor.py"
