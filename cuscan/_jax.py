@@ -375,8 +375,15 @@ def _batch_size(args, dims) -> int:
     return next(v.shape[d] for v, d in zip(args, dims, strict=True) if d is not None)
 
 
+def _like(results, operands):
+    """Each result in the sharding of the operand of its shape (see `_whole`)."""
+    return [_reshard(r, _sharding(v) if v is not None and v.shape == r.shape else None)
+            for r, v in zip(results, operands, strict=True)]
+
+
 def _forward_batch(args, dims, **params):
-    return _bind(_forward_p, *_batch_first(args, dims), **params), 0
+    args = _batch_first(args, dims)
+    return _like([_bind(_forward_p, *args, **params)], args[1:2])[0], 0
 
 
 def _tangent_batch(args, dims, **params):
@@ -393,7 +400,7 @@ def _vjp_batch(args, dims, *, axis, reverse, shapes):
         # shape, so it takes the batch dimension (the cotangent is then read with stride 0).
         args[2] = jnp.broadcast_to(args[2], (size, *args[2].shape[1:]))
     grads = _bind(_vjp_p, *args, axis=axis, reverse=reverse, shapes=shapes)
-    return grads, [0] * len(grads)
+    return _like(grads, args[1:1 + len(grads)]), [0] * len(grads)
 
 
 def _primitive(name: str, impl, abstract, *, jvp, transpose, batch, multiple_results=False):

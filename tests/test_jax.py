@@ -531,6 +531,13 @@ def test_sharded_arrays():
                         assert same(mine.sharding, operand.sharding.spec), mine.sharding
                 tangent = jax.jvp(cuscan.linear_recurrence, tuple(split), tuple(split))[1]
                 assert same(tangent.sharding, spec)
+                batched = jax.vmap(cuscan.linear_recurrence, in_axes=1, out_axes=1)(*split)
+                np.testing.assert_allclose(np.asarray(batched), expected, rtol=1e-6)
+                assert same(batched.sharding, spec), batched.sharding
+                _, vjp = jax.vjp(jax.vmap(cuscan.linear_recurrence, in_axes=1, out_axes=1),
+                                 *split)
+                for grad, operand in zip(vjp(split[1]), split):
+                    assert same(grad.sharding, operand.sharding.spec), grad.sharding
                 grads = cuscan.linear_recurrence_vjp(split[1], split[0], h, s)
                 for grad, expected_spec in zip(grads, (spec, spec, state_spec)):
                     assert same(grad.sharding, expected_spec), grad.sharding
