@@ -91,7 +91,8 @@ def backward(grad_output, decays, output, initial_state, grad_decays, grad_impul
 
 def _time_first(view, axis: int):
     """``view`` with time first and at least one channel axis after it."""
-    view = np.moveaxis(view, axis, 0)
+    if axis % view.ndim:  # moveaxis costs as much as a small scan
+        view = np.moveaxis(view, axis, 0)
     return view if view.ndim > 1 else view[:, None]
 
 
