@@ -83,8 +83,9 @@ def _promoted(*tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
 def _forward(decays: torch.Tensor, impulses: torch.Tensor, initial_state: torch.Tensor | None,
              axis: int, reverse: bool, method: str) -> torch.Tensor:
     decays, impulses, initial_state = _promoted(decays, impulses, initial_state)
+    _api.check_method(method)  # the operator is public too (torch.ops.cuscan)
     with _stream(impulses):
-        out = _api.linear_recurrence(
+        out = _api.forward(
             to_array(decays), to_array(impulses),
             None if initial_state is None else to_array(initial_state),
             axis=axis, reverse=reverse, method=method)
@@ -104,7 +105,7 @@ def _backward(grad_output: torch.Tensor, decays: torch.Tensor, output: torch.Ten
     grad_output, decays, output, initial_state = _promoted(grad_output, decays, output,
                                                            initial_state)
     with _stream(output):
-        grads = _api.linear_recurrence_vjp(
+        grads = _api.backward(
             to_array(grad_output), to_array(decays), to_array(output),
             None if initial_state is None else to_array(initial_state),
             axis=axis, reverse=reverse)
@@ -316,6 +317,11 @@ def _recurrence(decays, impulses, initial_state, axis, reverse, method) -> torch
     """`_forward`, differentiable: with forward-mode AD when a dual level is open (the
     plain function otherwise, which is what torch.compile can trace)."""
     forward_mode = getattr(torch.autograd.forward_ad, "_current_level", 0) >= 0
+    if not forward_mode and not (torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in (decays, impulses, initial_state))):
+        # Nothing to differentiate: the operator alone, without autograd's bookkeeping
+        # (a third of the cost of a small call).
+        return _forward(decays, impulses, initial_state, axis, reverse, method)
     function = _DualRecurrence if forward_mode else _Recurrence
     return function.apply(decays, impulses, initial_state, axis, reverse, method)
 
