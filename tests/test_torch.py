@@ -367,6 +367,7 @@ for make in (lambda: GILRLSTM(3, 4, num_layers=2), lambda: QRNN(3, 4, num_layers
             optimizer.zero_grad()
     for mine, theirs in zip(model.parameters(), expected.parameters(), strict=True):
         torch.testing.assert_close(mine.full_tensor(), theirs)
+dist.barrier()  # neither process leaves while the other still talks to it
 dist.destroy_process_group()
 """
 
