@@ -22,6 +22,7 @@ synchronising). Writes results/overhead.json.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -148,7 +149,10 @@ def main() -> None:
             print(f"{name:>10} {shape!s:>10} {row['operation_s'] * 1e6:8.1f} "
                   f"{row['forward_s'] * 1e6:10.1f} {row['difference_s'] * 1e6:9.1f} "
                   f"{grads}")
-    path = write("overhead", {"environment": environment(), "calls": CALLS, "rows": rows})
+    versions = {lib: sys.modules[lib].__version__ for lib in ("cupy", "torch", "jax", "tensorflow")
+                if lib in sys.modules}
+    path = write("overhead", {"environment": {**environment(), **versions}, "calls": CALLS,
+                              "rows": rows})
     print(f"wrote {path}")
 
 
