@@ -406,7 +406,17 @@ def _vjp_batch(args, dims, *, axis, reverse, shapes):
 def _primitive(name: str, impl, abstract, *, jvp, transpose, batch, multiple_results=False):
     primitive = Primitive(name)
     primitive.multiple_results = multiple_results
-    primitive.def_impl(impl)
+    # Eagerly, through a cached compilation: JAX's eager dispatch of the callback
+    # otherwise costs more than the recurrence itself on small inputs.
+    compiled = {}
+
+    def eager(*args, **params):
+        key = tuple(sorted(params.items()))
+        if key not in compiled:
+            compiled[key] = jax.jit(functools.partial(impl, **params))
+        return compiled[key](*args)
+
+    primitive.def_impl(eager)
     primitive.def_abstract_eval(abstract)
     mlir.register_lowering(primitive, mlir.lower_fun(impl, multiple_results=multiple_results))
     ad.primitive_jvps[primitive] = jvp
@@ -443,13 +453,15 @@ def _as_jax(operands: dict[str, object]) -> list[jax.Array | None]:
     operands = {name: v if v is None or _dtypes.is_python_scalar(v) or hasattr(v, "dtype")
                 else jnp.asarray(v) for name, v in operands.items()}
     dtype = jax.dtypes.canonicalize_dtype(_dtypes.result_dtype(operands))
-    return [None if v is None else jnp.asarray(v, dtype=dtype) for v in operands.values()]
+    # (jnp.asarray costs tens of microseconds even when it has nothing to do)
+    return [v if v is None or (isinstance(v, jax.Array) and v.dtype == dtype)
+            else jnp.asarray(v, dtype=dtype) for v in operands.values()]
 
 
 def _with_rank(array, ndim: int):
     """``array`` with leading 1s up to ``ndim`` dimensions (so ``vmap`` adds a new axis)."""
-    if array is None:
-        return None
+    if array is None or array.ndim == ndim:
+        return array
     return array.reshape((1,) * (ndim - array.ndim) + array.shape)
 
 
@@ -463,7 +475,8 @@ def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method)
     decays = _with_rank(decays, ndim)
     # The impulses' gradient has the output's shape: broadcast impulses (rare) are
     # expanded here, where JAX differentiates the broadcast itself.
-    impulses = jnp.broadcast_to(impulses, shape)
+    if impulses.shape != shape:
+        impulses = jnp.broadcast_to(impulses, shape)
     initial_state = _with_rank(initial_state, ndim - 1)
     # A negative axis stays right when vmap adds leading dimensions.
     operands = (decays, impulses) + (() if initial_state is None else (initial_state,))
