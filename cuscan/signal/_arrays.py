@@ -9,6 +9,8 @@ with respect to the signal (and `ema`'s ``alpha``). Other arrays with
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from cuscan import _backend
@@ -129,8 +131,6 @@ class _Torch(_Arrays):
 
     def _dtensor(self, x):
         """The DTensor class if ``x`` is one, else None (its module is imported if so)."""
-        import sys
-
         module = sys.modules.get("torch.distributed.tensor")
         return module.DTensor if module is not None and isinstance(x, module.DTensor) else None
 
