@@ -376,8 +376,9 @@ def _batch_size(args, dims) -> int:
 
 
 def _like(results, operands):
-    """Each result in the sharding of the operand of its shape (see `_whole`)."""
-    return [_reshard(r, _sharding(v) if v is not None and v.shape == r.shape else None)
+    """Each result in the sharding of its operand, where they have one shape (see
+    `_whole`); None stays None."""
+    return [_reshard(r, _sharding(v) if r is not None and v.shape == r.shape else None)
             for r, v in zip(results, operands, strict=True)]
 
 
@@ -408,15 +409,8 @@ def _primitive(name: str, impl, abstract, *, jvp, transpose, batch, multiple_res
     primitive.multiple_results = multiple_results
     # Eagerly, through a cached compilation: JAX's eager dispatch of the callback
     # otherwise costs more than the recurrence itself on small inputs.
-    compiled = {}
-
-    def eager(*args, **params):
-        key = tuple(sorted(params.items()))
-        if key not in compiled:
-            compiled[key] = jax.jit(functools.partial(impl, **params))
-        return compiled[key](*args)
-
-    primitive.def_impl(eager)
+    compiled = functools.cache(lambda params: jax.jit(functools.partial(impl, **dict(params))))
+    primitive.def_impl(lambda *args, **params: compiled(tuple(sorted(params.items())))(*args))
     primitive.def_abstract_eval(abstract)
     mlir.register_lowering(primitive, mlir.lower_fun(impl, multiple_results=multiple_results))
     ad.primitive_jvps[primitive] = jvp
@@ -481,7 +475,7 @@ def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method)
     # A negative axis stays right when vmap adds leading dimensions.
     operands = (decays, impulses) + (() if initial_state is None else (initial_state,))
     output = _bind(_forward_p, *operands, axis=axis - ndim, reverse=reverse, method=method)
-    return _reshard(output, _sharding(impulses))
+    return _like([output], [impulses])[0]
 
 
 def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, reverse):
@@ -503,7 +497,7 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, r
     grads = _bind(_vjp_p, *operands, axis=axis - ndim, reverse=reverse,
                   shapes=tuple(v.shape for v in operands[1:]))
     grad_decays, grad_impulses, grad_state = _with_state(grads, 2)
-    return (_reshard(grad_decays.reshape(decays.shape), _sharding(decays)),
-            _reshard(grad_impulses, _sharding(output)),
-            None if initial_state is None else
-            _reshard(grad_state.reshape(initial_state.shape), _sharding(initial_state)))
+    return tuple(_like([grad_decays.reshape(decays.shape), grad_impulses,
+                        None if initial_state is None else
+                        grad_state.reshape(initial_state.shape)],
+                       [decays, output, initial_state]))

@@ -354,6 +354,8 @@ def _as_tensors(names: tuple[str, ...], *values) -> list[torch.Tensor | None]:
     if any(isinstance(v, complex) for v in values):
         dtype = torch.promote_types(dtype, torch.complex64)
     device = _device(names, values)
+    if _distributed(*tensors):
+        _register_sharding()
     return [None if v is None else
             torch.as_tensor(v, dtype=dtype, device=device) if not isinstance(v, torch.Tensor)
             else v.to(device) if v.device != device else v for v in values]
@@ -450,8 +452,6 @@ def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method)
     """``cuscan.linear_recurrence`` for torch tensors (called by the front door)."""
     decays, impulses, initial_state = _as_tensors(
         ("decays", "impulses", "initial_state"), decays, impulses, initial_state)
-    if _distributed(decays, impulses, initial_state):
-        _register_sharding()
     return _recurrence(decays, impulses, initial_state, axis, reverse, method)
 
 
@@ -460,8 +460,6 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, r
     grad_output, decays, output, initial_state = _as_tensors(
         ("grad_output", "decays", "output", "initial_state"), grad_output, decays, output,
         initial_state)
-    if _distributed(grad_output, decays, output, initial_state):
-        _register_sharding()
     grad_decays, grad_impulses, grad_state = _backward(grad_output, decays, output,
                                                        initial_state, axis, reverse)
     return grad_decays, grad_impulses, None if initial_state is None else grad_state

@@ -9,8 +9,6 @@ with respect to the signal (and `ema`'s ``alpha``). Other arrays with
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from cuscan import _backend
@@ -113,7 +111,9 @@ class _Torch(_Arrays):
     def __init__(self):
         import torch
 
-        self.torch = torch
+        from cuscan import _torch
+
+        self.torch, self._adapter = torch, _torch
         self._dtypes = {np.dtype(t): getattr(torch, t) for t in (
             "float32", "float64", "complex64", "complex128")}
 
@@ -122,29 +122,21 @@ class _Torch(_Arrays):
         if isinstance(value, torch.Tensor):
             return value
         tensor = torch.as_tensor(np.asarray(value), device=None if like is None else like.device)
-        dtensor = self._dtensor(like)
-        if dtensor is not None:  # a constant beside a DTensor: the same on every process
-            return dtensor.from_local(tensor, like.device_mesh,
-                                      [self._replicate()] * like.device_mesh.ndim,
-                                      run_check=False)
+        if self._adapter._distributed(like):  # a constant beside a DTensor: the same everywhere
+            from torch.distributed.tensor import DTensor, Replicate
+
+            return DTensor.from_local(tensor, like.device_mesh,
+                                      [Replicate()] * like.device_mesh.ndim, run_check=False)
         return tensor
-
-    def _dtensor(self, x):
-        """The DTensor class if ``x`` is one, else None (its module is imported if so)."""
-        module = sys.modules.get("torch.distributed.tensor")
-        return module.DTensor if module is not None and isinstance(x, module.DTensor) else None
-
-    def _replicate(self):
-        from torch.distributed.tensor import Replicate
-
-        return Replicate()
 
     def whole_along(self, x, axis: int):
         # A DTensor split along time is gathered there (indexing a split axis in place
         # goes wrong), keeping the split of the other axes.
-        if self._dtensor(x) is None or not any(p.is_shard(axis) for p in x.placements):
+        if not self._adapter._distributed(x) or not any(p.is_shard(axis) for p in x.placements):
             return x
-        return x.redistribute(placements=[self._replicate() if p.is_shard(axis) else p
+        from torch.distributed.tensor import Replicate
+
+        return x.redistribute(placements=[Replicate() if p.is_shard(axis) else p
                                           for p in x.placements])
 
     def kind(self, x) -> str:
