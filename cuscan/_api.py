@@ -366,13 +366,29 @@ def _as_arrays(backend, operands: dict[str, object]):
 
 def _broadcast_shape(first, second, into=None) -> tuple[int, ...]:
     (name1, shape1), (name2, shape2) = first, second
-    try:
-        shape = np.broadcast_shapes(shape1, shape2)
-    except ValueError:
-        shape = None
+    shape = broadcast_shapes(shape1, shape2)
     if shape is None or (into is not None and shape != into):
         raise ValueError(f"`{name1}` and `{name2}` do not broadcast: {shape1} and {shape2}")
     return shape
+
+
+def broadcast_shapes(*shapes) -> tuple | None:
+    """The shape ``shapes`` broadcast to, or None where they do not broadcast.
+
+    Sizes are only compared, so the symbolic sizes of JAX's shape polymorphism work too: like
+    JAX, a symbolic size broadcasts with 1 and with itself only.
+    """
+    ndim = max(map(len, shapes))
+    result = []
+    for sizes in zip(*((1,) * (ndim - len(s)) + tuple(s) for s in shapes), strict=True):
+        size = 1
+        for n in sizes:
+            if size == 1:
+                size = n
+            elif n != 1 and n != size:
+                return None
+        result.append(size)
+    return tuple(result)
 
 
 def time_axis(axis: int, shape: tuple[int, ...]) -> int:
@@ -396,11 +412,7 @@ def _check_state(state_shape, shape: tuple[int, ...], axis: int) -> None:
     """Raise unless `initial_state` broadcasts to the state shape (``shape`` without ``axis``)."""
     state_shape = tuple(state_shape)
     target = shape[:axis] + shape[axis + 1:]
-    try:
-        fits = np.broadcast_shapes(state_shape, target) == target
-    except ValueError:
-        fits = False
-    if not fits:
+    if broadcast_shapes(state_shape, target) != target:
         raise ValueError(
             f"`initial_state` must broadcast to the state shape {target} (the result's "
             f"shape {shape} without axis {axis}); got shape {state_shape}"

@@ -461,6 +461,66 @@ def test_errors_at_trace_time():
                                                            reverse=True), rtol=1e-6)
 
 
+def test_symbolic_shapes():
+    """Shape polymorphism (``jax.export.symbolic_shape``, as Keras infers a model's shapes):
+    shapes and dtypes of results and derivatives come out symbolic, and shapes that cannot
+    broadcast are still refused."""
+    b, t = jax.export.symbolic_shape("b, t")
+    x = jax.ShapeDtypeStruct((b, t, 8), jnp.float32)
+    decays = jax.ShapeDtypeStruct((8,), jnp.float32)
+    state = jax.ShapeDtypeStruct((b, 8), jnp.float32)
+
+    def forward(a, x, s, reverse=False):
+        return cuscan.linear_recurrence(a, x, s, axis=1, reverse=reverse)
+
+    def total(a, x, s):
+        return forward(a, x, s).sum()
+
+    def shapes(function, *args):
+        return [(r.shape, r.dtype) for r in jax.tree.leaves(jax.eval_shape(function, *args))]
+
+    full, channels = ((b, t, 8), jnp.float32), ((8,), jnp.float32)
+    assert shapes(forward, decays, x, state) == [full]
+    assert shapes(lambda *v: forward(*v, reverse=True), decays, x, state) == [full]
+    assert shapes(jax.grad(total, (0, 1, 2)), decays, x, state) == [
+        channels, full, ((b, 8), jnp.float32)]
+    assert shapes(lambda *v: jax.jvp(forward, v, v), decays, x, state) == [full, full]
+    assert shapes(jax.hessian(total), decays, x, state) == [((8, 8), jnp.float32)]
+    assert shapes(jax.vmap(lambda a, x: cuscan.linear_recurrence(a, x), (None, 0)),
+                  decays, x) == [full]
+    assert shapes(lambda g, a, h: cuscan.linear_recurrence_vjp(g, a, h, axis=1), x, decays,
+                  x) == [channels, full]
+    with pytest.raises(ValueError, match="do not broadcast"):
+        jax.eval_shape(forward, jax.ShapeDtypeStruct((3,), jnp.float32), x, state)
+    with pytest.raises(ValueError, match="must broadcast to the state shape"):
+        jax.eval_shape(forward, decays, x, jax.ShapeDtypeStruct((t, 8), jnp.float32))
+
+
+def test_keras_functional_model(tmp_path):
+    """A Keras layer calling cuscan, in a functional model over a time axis of size None with
+    Keras's JAX backend (which infers shapes symbolically), trains and saves."""
+    require("keras")
+    run_in_fresh_process("""
+        import os, numpy as np, keras, cuscan
+        class Decay(keras.layers.Layer):
+            def build(self, shape):
+                self.logit = self.add_weight(shape=(shape[-1],), initializer="zeros")
+            def call(self, x):
+                decays = keras.ops.sigmoid(self.logit)
+                return cuscan.linear_recurrence(decays, (1 - decays) * x, axis=1)
+        inputs = keras.Input((None, 4))
+        model = keras.Model(inputs, keras.layers.Dense(1)(Decay()(inputs)[:, -1]))
+        assert model.output_shape == (None, 1), model.output_shape
+        model.compile("sgd", "mse")
+        x = np.random.default_rng(0).standard_normal((16, 12, 4)).astype(np.float32)
+        model.fit(x, x.sum((1, 2))[:, None], epochs=2, verbose=0)
+        path = os.path.join(os.environ["OUTPUT_DIRECTORY"], "model.keras")
+        model.save(path)
+        loaded = keras.saving.load_model(path, custom_objects={"Decay": Decay})
+        np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    """, KERAS_BACKEND="jax", OUTPUT_DIRECTORY=str(tmp_path))
+
+
 def test_sharded_arrays():
     """Four CPU devices (in a fresh process): jit over sharded inputs gives the full result;
     shard_map over the channels runs each shard and keeps the sharding; over explicit mesh

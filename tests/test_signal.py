@@ -1046,6 +1046,33 @@ def test_jax_forward_mode_through_filters():
         np.testing.assert_allclose(np.asarray(derivative), central, rtol=1e-6, atol=1e-8)
 
 
+def test_jax_symbolic_lengths():
+    """Over a symbolic length known to be long enough every filter gives its shapes; one that
+    is not known to be is refused with a ValueError saying how to bound it."""
+    jax = require("jax")
+    sos = ss.butter(4, 0.2, output="sos")
+    b, a = ss.butter(3, 0.2)
+    batch, steps = jax.export.symbolic_shape("b, t", constraints=("t >= 4096",))
+    x = jax.ShapeDtypeStruct((batch, 2, steps), np.float32)
+    filters = {
+        "lfilter": lambda v: signal.lfilter(b, a, v),
+        "lfilter with zi": lambda v: signal.lfilter(b, a, v, zi=np.zeros((1, 1, 3)))[0],
+        "sosfilt": lambda v: signal.sosfilt(sos, v),
+        "filtfilt": lambda v: signal.filtfilt(b, a, v),
+        "filtfilt gust": lambda v: signal.filtfilt(b, a, v, method="gust", irlen=100),
+        "sosfiltfilt": lambda v: signal.sosfiltfilt(sos, v),
+        "ema": lambda v: signal.ema(v, 0.1),
+        "gradient": jax.grad(lambda v: signal.sosfilt(sos, v).sum()),
+    }
+    for name, function in filters.items():
+        result = jax.eval_shape(function, x)
+        assert (result.shape, result.dtype) == (x.shape, x.dtype), name
+    unbounded = jax.ShapeDtypeStruct(jax.export.symbolic_shape("t"), np.float32)
+    with pytest.raises(ValueError, match=r"sosfilt .*symbolic length.* 't' < '3'"):
+        jax.eval_shape(filters["sosfilt"], unbounded)
+    assert jax.eval_shape(filters["ema"], unbounded).shape == unbounded.shape
+
+
 def test_torch_func_vmap_over_signals_and_alphas():
     """torch.func.vmap maps the filters and ema (per-signal alphas) over a batch."""
     torch = require("torch")

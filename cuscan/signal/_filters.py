@@ -17,8 +17,9 @@ from cuscan.signal._arrays import _Arrays, namespace
 ArrayLike = Any
 
 
-def _outside_torch_compile(function):
-    """``function``, run as Python even when ``torch.compile`` meets it.
+def _front_door(function):
+    """``function``, run as Python even when ``torch.compile`` meets it, and with a clear
+    error where a symbolic length (JAX's shape polymorphism) is too vague for it.
 
     The filters design on the host with NumPy (roots refined in exact
     arithmetic, pseudo-inverses, caches) what torch.compile cannot trace: it
@@ -30,7 +31,19 @@ def _outside_torch_compile(function):
         torch = sys.modules.get("torch")
         if torch is not None and torch.compiler.is_compiling():
             return torch.compiler.disable(function)(*args, **kwargs)
-        return function(*args, **kwargs)
+        try:
+            return function(*args, **kwargs)
+        except Exception as error:
+            jax = sys.modules.get("jax")
+            if jax is None or not isinstance(error, jax.errors.InconclusiveDimensionOperation):
+                raise
+            raise ValueError(
+                f"cuscan.signal.{function.__name__} compares the signal's length with what the "
+                "filter needs, and a symbolic length must be known to be long enough: declare "
+                "a lower bound (jax.export.symbolic_shape(\"t\", constraints=(\"t >= 64\",))) "
+                "or give the time axis a fixed size (with Keras, in the layer's input shape). "
+                f"JAX says: {str(error).splitlines()[0]}"
+            ) from error
 
     return wrapper
 
@@ -339,7 +352,7 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
 
 
 @public
-@_outside_torch_compile
+@_front_door
 def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
             zi: ArrayLike | None = None):
     """Filter `x` with the IIR filter ``b(z) / a(z)``, as ``scipy.signal.lfilter``.
@@ -412,7 +425,7 @@ def _sections(sos) -> np.ndarray:
 
 
 @public
-@_outside_torch_compile
+@_front_door
 def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None = None):
     """Filter `x` with cascaded second-order sections, as ``scipy.signal.sosfilt``.
 
@@ -477,7 +490,7 @@ def _cascade(sos: np.ndarray, ns, x, axis: int, zi):
 
 
 @public
-@_outside_torch_compile
+@_front_door
 def lfilter_zi(b: ArrayLike, a: ArrayLike) -> np.ndarray:
     """The steady-state initial state of `lfilter` for a step input, as SciPy's.
 
@@ -507,7 +520,7 @@ def lfilter_zi(b: ArrayLike, a: ArrayLike) -> np.ndarray:
 
 
 @public
-@_outside_torch_compile
+@_front_door
 def sosfilt_zi(sos: ArrayLike) -> np.ndarray:
     """The steady-state initial states of `sosfilt` for a step input, as SciPy's.
 
@@ -523,7 +536,7 @@ def sosfilt_zi(sos: ArrayLike) -> np.ndarray:
 
 
 @public
-@_outside_torch_compile
+@_front_door
 def lfiltic(b: ArrayLike, a: ArrayLike, y: ArrayLike, x: ArrayLike | None = None,
             axis: int = -1):
     """The `lfilter` state that past outputs and inputs leave, as ``scipy.signal.lfiltic``.
@@ -815,7 +828,7 @@ def _ema_omitting(ns, x, alpha, axis: int, adjust: bool, ignore_na: bool, dtype:
 
 
 @public
-@_outside_torch_compile
+@_front_door
 def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
              padlen: int | None = None, method: str = "pad", irlen: int | None = None):
     """Filter `x` forward and backward (zero phase), as ``scipy.signal.filtfilt``.
@@ -988,7 +1001,7 @@ def _gustafsson_operators(b: np.ndarray, a: np.ndarray, span: int, whole: bool):
 
 
 @public
-@_outside_torch_compile
+@_front_door
 def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
                 padlen: int | None = None):
     """Filter `x` forward and backward with second-order sections, as
