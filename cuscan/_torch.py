@@ -65,7 +65,7 @@ def _stream(tensor: torch.Tensor):
 def _result_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
     dtype = None
     for tensor in tensors:
-        if tensor is not None:
+        if tensor is not None and tensor.dtype != dtype:
             dtype = tensor.dtype if dtype is None else torch.promote_types(dtype, tensor.dtype)
     if not (dtype.is_floating_point or dtype.is_complex):
         dtype = torch.float64

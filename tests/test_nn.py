@@ -456,3 +456,25 @@ def test_compile_fullgraph(name):
     torch.testing.assert_close(compiled, eager)
     for mine, theirs in zip(grads, eager_grads, strict=True):
         torch.testing.assert_close(mine, theirs)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_export_with_dynamic_time_and_batch(name, batch_first):
+    """torch.export with the time and batch dimensions dynamic (and a state given) gives a
+    program that runs at other lengths and batch sizes with the stack's values."""
+    model, inputs = make(name, batch_first=batch_first, bidirectional=name == "gilr")
+    generator = torch.Generator().manual_seed(3)
+
+    def arguments(steps, batch):
+        shape = (batch, steps, inputs) if batch_first else (steps, batch, inputs)
+        return (torch.randn(shape, generator=generator, dtype=torch.float64),
+                random_state(model, batch, generator))
+
+    steps, batch = torch.export.Dim("steps"), torch.export.Dim("batch")
+    x_dims = {0: batch, 1: steps} if batch_first else {0: steps, 1: batch}
+    state_dims = torch.utils._pytree.tree_map(lambda _: {1: batch}, arguments(7, 2)[1])
+    program = torch.export.export(model, arguments(7, 2), dynamic_shapes=(x_dims, state_dims))
+    for case in (arguments(23, 4), arguments(2, 3)):
+        for mine, theirs in zip(flat(program.module()(*case)), flat(model(*case)), strict=True):
+            torch.testing.assert_close(mine, theirs)

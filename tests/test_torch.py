@@ -250,24 +250,37 @@ def test_compile_fullgraph(device, compiler):
 
 
 def test_exported_programs_load_after_importing_cuscan_nn(tmp_path):
-    """A program saved by torch.export runs in a new process that imports cuscan.nn (which
-    registers torch.ops.cuscan), with the values of the program it was exported from."""
+    """A program saved by torch.export, with a dynamic batch and time, runs in a new process
+    that imports cuscan.nn (which registers torch.ops.cuscan), with the values of the program
+    it was exported from at shapes other than those it was exported at."""
     class Model(torch.nn.Module):
         def forward(self, a, x, s):
             return cuscan.linear_recurrence(torch.sigmoid(a), x, s, axis=1, reverse=True)
 
     generator = torch.Generator().manual_seed(8)
-    inputs = (torch.randn(2, 9, 3, generator=generator), torch.randn(2, 9, 3, generator=generator),
-              torch.randn(2, 3, generator=generator))
-    program = torch.export.export(Model(), inputs)
+
+    def inputs(batch, steps):
+        return (torch.randn(batch, steps, 3, generator=generator),
+                torch.randn(batch, steps, 3, generator=generator),
+                torch.randn(batch, 3, generator=generator))
+
+    batch, steps = torch.export.Dim("batch"), torch.export.Dim("steps")
+    program = torch.export.export(Model(), inputs(2, 9), dynamic_shapes=(
+        {0: batch, 1: steps}, {0: batch, 1: steps}, {0: batch}))
+    # the front door leaves nothing in the graph but the operator
+    called = [node.target for node in program.graph.nodes if node.op == "call_function"]
+    assert called == [torch.ops.aten.sigmoid.default, torch.ops.cuscan.linear_recurrence.default]
     torch.export.save(program, tmp_path / "model.pt2")
-    torch.save({"inputs": inputs, "expected": Model()(*inputs)}, tmp_path / "data.pt")
+    cases = [inputs(2, 9), inputs(5, 1), inputs(3, 40)]
+    torch.save({"cases": cases, "expected": [Model()(*case) for case in cases]},
+               tmp_path / "data.pt")
     run_in_fresh_process(f"""
         import torch
         import cuscan.nn
         program = torch.export.load({str(tmp_path / "model.pt2")!r})
         data = torch.load({str(tmp_path / "data.pt")!r})
-        torch.testing.assert_close(program.module()(*data["inputs"]), data["expected"])
+        for case, expected in zip(data["cases"], data["expected"], strict=True):
+            torch.testing.assert_close(program.module()(*case), expected)
     """)
 
 

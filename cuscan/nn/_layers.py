@@ -20,7 +20,8 @@ def _previous(states, initial_state):
     """``states`` shifted one step later in time: ``s[t-1]``, with ``initial_state`` first."""
     first = (torch.zeros_like(states[:1]) if initial_state is None
              else initial_state.unsqueeze(0).expand_as(states[:1]))
-    return torch.cat([first, states[:-1]])
+    # (cut after joining: a slice of length T - 1 would make torch.export guard on T != 2)
+    return torch.cat([first, states])[:states.shape[0]]
 
 
 class _Stack(nn.Module):
@@ -202,7 +203,7 @@ def _reversed(x, lengths):
     length (the padding after it stays in place). Its own inverse."""
     if lengths is None:
         return x.flip(0)
-    steps = torch.arange(len(x), device=x.device)[:, None]
+    steps = torch.arange(x.shape[0], device=x.device)[:, None]
     lengths = lengths.to(x.device)[None, :]
     index = torch.where(steps < lengths, lengths - 1 - steps, steps)
     return x.gather(0, index[..., None].expand_as(x))
@@ -217,7 +218,7 @@ def _final(sequence, initial, lengths):
     if lengths is not None:
         steps = (lengths - 1).to(sequence.device)
         return sequence[steps, torch.arange(sequence.shape[1], device=sequence.device)]
-    if len(sequence):
+    if sequence.shape[0] != 0:
         return sequence[-1].clone()
     return sequence.new_zeros(sequence.shape[1:]) if initial is None else initial.clone()
 
