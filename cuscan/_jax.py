@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import jet
 from jax.experimental.buffer_callback import buffer_callback
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
@@ -329,6 +331,43 @@ def _forward_jvp(primals, tangents, *, axis, reverse, method):
     return output, tangent
 
 
+# jet's rules see plain Taylor coefficients since JAX 0.7 (``jet(..., factorial_scaled=False)``
+# exists), derivatives (the coefficients times k!) before.
+_JET_PLAIN = "factorial_scaled" in inspect.signature(jet.jet).parameters
+
+
+def _forward_jet(primals, series, *, axis, reverse, method):
+    """Taylor mode (``jax.experimental.jet``). The k-th coefficient is the recurrence again,
+    with the same decays: ``h_k[t] = a[t] h_k[t-1] + x_k[t] + sum_{j=1}^k c(k, j) a_j[t]
+    h_{k-j}[t-1]`` from the state's k-th coefficient, with ``c = 1`` for plain coefficients
+    (the Cauchy product) and ``C(k, j)`` for derivatives (Leibniz's rule)."""
+    decays, _, state = _with_state(primals, 2)
+    decay_terms, impulse_terms, state_terms = _with_state(series, 2)
+    params = {"axis": axis, "reverse": reverse, "method": method}
+    outputs = [_bind(_forward_p, *primals, **params)]
+    decay_terms = [decays, *decay_terms]
+    states = [None] * (len(impulse_terms) + 1) if state is None else [state, *state_terms]
+    for k in range(1, len(impulse_terms) + 1):
+        impulses = impulse_terms[k - 1]
+        for j in range(1, k + 1):
+            weight = 1 if _JET_PLAIN else math.comb(k, j)
+            impulses = impulses + weight * decay_terms[j] * _previous(
+                outputs[k - j], states[k - j], axis, reverse)
+        operands = (decays, impulses) + (() if state is None else (states[k],))
+        outputs.append(_bind(_forward_p, *operands, **params))
+    return outputs[0], outputs[1:]
+
+
+def _by_jet(composite):
+    """A Taylor-mode rule expanding ``composite`` (written with operations jet knows)."""
+    options = {"factorial_scaled": False} if _JET_PLAIN else {}
+
+    def rule(primals, series, **params):
+        return jet.jet(functools.partial(composite, **params), tuple(primals), tuple(series),
+                       **options)
+    return rule
+
+
 def _tangent_transpose(cotangent, *args, axis, reverse, method, has_state, present):
     count = 3 if has_state else 2
     residuals, linear = args[:count], args[count:]
@@ -404,7 +443,8 @@ def _vjp_batch(args, dims, *, axis, reverse, shapes):
     return _like(grads, args[1:1 + len(grads)]), [0] * len(grads)
 
 
-def _primitive(name: str, impl, abstract, *, jvp, transpose, batch, multiple_results=False):
+def _primitive(name: str, impl, abstract, *, jvp, transpose, batch, taylor,
+               multiple_results=False):
     primitive = Primitive(name)
     primitive.multiple_results = multiple_results
     # Eagerly, through a cached compilation: JAX's eager dispatch of the callback
@@ -416,6 +456,7 @@ def _primitive(name: str, impl, abstract, *, jvp, transpose, batch, multiple_res
     ad.primitive_jvps[primitive] = jvp
     ad.primitive_transposes[primitive] = transpose
     batching.primitive_batchers[primitive] = batch
+    jet.jet_rules[primitive] = taylor
     return primitive
 
 
@@ -425,13 +466,15 @@ def _tangent_abstract(*avals, **params):
 
 
 _forward_p = _primitive("cuscan_linear_recurrence", _forward_impl, _forward_abstract,
-                        jvp=_forward_jvp, transpose=_forward_transpose, batch=_forward_batch)
+                        jvp=_forward_jvp, transpose=_forward_transpose, batch=_forward_batch,
+                        taylor=_forward_jet)
 _tangent_p = _primitive("cuscan_linear_recurrence_tangent", _tangent_composite,
                         _tangent_abstract, jvp=_by_jvp(_tangent_composite),
-                        transpose=_tangent_transpose, batch=_tangent_batch)
+                        transpose=_tangent_transpose, batch=_tangent_batch,
+                        taylor=_by_jet(_tangent_composite))
 _vjp_p = _primitive("cuscan_linear_recurrence_vjp", _vjp_impl, _vjp_abstract,
                     jvp=_by_jvp(_vjp_composite), transpose=_vjp_transpose, batch=_vjp_batch,
-                    multiple_results=True)
+                    taylor=_by_jet(_vjp_composite), multiple_results=True)
 
 
 def _sum_to(grad, shape):

@@ -318,6 +318,46 @@ def test_forward_mode_matches_associative_scan(device, dtype, reverse):
                 operands, order=3, modes=["fwd", "rev"])
 
 
+@pytest.mark.parametrize("dtype", ["float64", "complex128"])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_taylor_mode_matches_associative_scan(device, dtype, reverse):
+    """``jax.experimental.jet`` to third order, with broadcast operands and a state, and
+    through a gradient and a JVP (whose primitives expand their compositions)."""
+    from jax.experimental import jet
+
+    rng = np.random.default_rng(12)
+    shapes = [(7, 1, 3), (7, 2, 3), (1, 3)]
+
+    def draw(shape, low=-1.0):
+        values = rng.uniform(low, 1, shape)
+        return values if dtype == "float64" else values * np.exp(1j * rng.uniform(0, 6, shape))
+
+    operands = tuple(put(device, *(draw(shape, 0.0) for shape in shapes)))
+    series = tuple([put(device, draw(shape))[0] for _ in range(3)] for shape in shapes)
+
+    def close(got, want):
+        for mine, expected in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            assert mine.shape == expected.shape
+            np.testing.assert_allclose(np.asarray(mine), np.asarray(expected), rtol=1e-9,
+                                       atol=1e-9)
+
+    def ours(a, x, s):
+        return cuscan.linear_recurrence(a, x, s, reverse=reverse)
+
+    def theirs(a, x, s):
+        return associative_scan(a, x, s, reverse)
+
+    close(jax.jit(lambda p, t: jet.jet(ours, p, t))(operands, series),
+          jet.jet(theirs, operands, series))
+    if dtype == "float64":
+        def gradient(function):
+            return jax.grad(lambda *v: jnp.sum(function(*v) ** 2), argnums=(0, 1, 2))
+        close(jet.jet(lambda *v: gradient(ours)(*v)[0], operands, series),
+              jet.jet(lambda *v: gradient(theirs)(*v)[0], operands, series))
+    close(jet.jet(lambda *v: jax.jvp(ours, v, operands)[1], operands, series),
+          jet.jet(lambda *v: jax.jvp(theirs, v, operands)[1], operands, series))
+
+
 def test_forward_mode_of_the_vjp_and_edges(device):
     """linear_recurrence_vjp in forward mode; vmap of jvp; no steps; constant operands."""
     rng = np.random.default_rng(9)
