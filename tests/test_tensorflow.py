@@ -273,6 +273,32 @@ def test_second_order_and_forward_mode(dtype, reverse, graph):
             tf.function(forward_mode)(ours)
 
 
+def test_map_fn_and_vectorized_map():
+    """Mapped over a batch, by tf.map_fn (values and gradients) or tf.vectorized_map (values),
+    cuscan gives what one call over the whole batch gives."""
+    rng = np.random.default_rng(5)
+    decays = tf.constant(rng.uniform(0.5, 1, (4, 20, 3)))
+    impulses = tf.constant(rng.standard_normal((4, 20, 3)))
+
+    def each(pair):
+        return cuscan.linear_recurrence(pair[0], pair[1])
+
+    whole = cuscan.linear_recurrence(decays, impulses, axis=1)
+    np.testing.assert_allclose(tf.vectorized_map(each, (decays, impulses)), whole, rtol=1e-12)
+
+    def gradients(mapped):
+        with tf.GradientTape() as tape:
+            tape.watch(decays)
+            loss = tf.reduce_sum(mapped() ** 2)
+        return tape.gradient(loss, decays)
+
+    expected = gradients(lambda: cuscan.linear_recurrence(decays, impulses, axis=1))
+    for run in (lambda f: f(), lambda f: tf.function(f)()):
+        mapped = run(lambda: gradients(lambda: tf.map_fn(each, (decays, impulses),
+                                                         fn_output_signature=tf.float64)))
+        np.testing.assert_allclose(mapped, expected, rtol=1e-12)
+
+
 def test_vjp_function():
     rng = np.random.default_rng(5)
     decays, impulses, grad = (tf.constant(rng.standard_normal((20, 4))) for _ in range(3))
