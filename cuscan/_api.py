@@ -129,18 +129,21 @@ def linear_recurrence(
     reverse = check_reverse(reverse)
     operands = {"decays": decays, "impulses": impulses, "initial_state": initial_state}
     check_given(operands)
-    adapter = _backend.adapter(operands)
+    lib = _backend.which(operands)
+    adapter = _backend.adapter_of(lib)
     if adapter is not None:
         return adapter.linear_recurrence(decays, impulses, initial_state, axis=axis,
                                          reverse=reverse, method=method)
-    return forward(decays, impulses, initial_state, axis=axis, reverse=reverse, method=method)
+    return forward(decays, impulses, initial_state, axis=axis, reverse=reverse, method=method,
+                   backend=_backend.backend_of(lib))
 
 
 def forward(decays, impulses, initial_state=None, *, axis=0, reverse=False, method="auto",
-            out=None):
-    """`linear_recurrence` on NumPy or CuPy arrays, into ``out`` when given (for adapters)."""
+            out=None, backend=None):
+    """`linear_recurrence` on NumPy or CuPy arrays, into ``out`` when given (for adapters);
+    on ``backend`` when the caller has found it."""
     operands = {"decays": decays, "impulses": impulses, "initial_state": initial_state}
-    backend = _backend.select(operands)
+    backend = backend or _backend.select(operands)
     dtype, arrays = _as_arrays(backend, operands)
     decays, impulses, initial_state = arrays["decays"], arrays["impulses"], arrays["initial_state"]
     shape, axis = forward_shape(decays.shape, impulses.shape,
@@ -150,7 +153,7 @@ def forward(decays, impulses, initial_state=None, *, axis=0, reverse=False, meth
     if math.prod(shape) == 0:
         return out
     state = None if initial_state is None else _state(xp, initial_state, shape, axis)
-    views = [xp.broadcast_to(decays, shape), xp.broadcast_to(impulses, shape), out]
+    views = [_broadcast(xp, decays, shape), _broadcast(xp, impulses, shape), out]
     if reverse:
         views = [xp.flip(v, axis) for v in views]
     backend.forward(views[0], views[1], state, views[2], axis, method)
@@ -242,16 +245,19 @@ def linear_recurrence_vjp(
     operands = {"grad_output": grad_output, "decays": decays, "output": output,
                 "initial_state": initial_state}
     check_given(operands)
-    adapter = _backend.adapter(operands)
+    lib = _backend.which(operands)
+    adapter = _backend.adapter_of(lib)
     if adapter is not None:
         return adapter.linear_recurrence_vjp(grad_output, decays, output, initial_state,
                                              axis=axis, reverse=reverse)
-    return backward(grad_output, decays, output, initial_state, axis=axis, reverse=reverse)
+    return backward(grad_output, decays, output, initial_state, axis=axis, reverse=reverse,
+                    backend=_backend.backend_of(lib))
 
 
 def backward(grad_output, decays, output, initial_state=None, *, axis=0, reverse=False,
-             out=None):
-    """`linear_recurrence_vjp` on NumPy or CuPy arrays (for adapters).
+             out=None, backend=None):
+    """`linear_recurrence_vjp` on NumPy or CuPy arrays (for adapters); on ``backend`` when
+    the caller has found it.
 
     ``out``, when given, is ``(grad_decays, grad_impulses, grad_initial_state)``:
     arrays each gradient is summed into (over the dimensions where theirs is 1
@@ -259,7 +265,7 @@ def backward(grad_output, decays, output, initial_state=None, *, axis=0, reverse
     """
     operands = {"grad_output": grad_output, "decays": decays, "output": output,
                 "initial_state": initial_state}
-    backend = _backend.select(operands)
+    backend = backend or _backend.select(operands)
     dtype, arrays = _as_arrays(backend, operands)
     grad_output, decays, output = arrays["grad_output"], arrays["decays"], arrays["output"]
     initial_state = arrays["initial_state"]
@@ -279,8 +285,8 @@ def backward(grad_output, decays, output, initial_state=None, *, axis=0, reverse
     state = None if initial_state is None else _state(xp, initial_state, shape, axis)
     grad_decays, grad_impulses, grad_state = full
     if math.prod(shape) > 0:
-        views = [xp.broadcast_to(grad_output, shape), xp.broadcast_to(decays, shape),
-                 output, grad_decays, grad_impulses]
+        views = [_broadcast(xp, grad_output, shape), _broadcast(xp, decays, shape), output,
+                 grad_decays, grad_impulses]
         if reverse:
             views = [xp.flip(v, axis) for v in views]
         go, a, h, ga, gx = views
@@ -419,9 +425,14 @@ def _check_state(state_shape, shape: tuple[int, ...], axis: int) -> None:
         )
 
 
+def _broadcast(xp, array, shape: tuple[int, ...]):
+    """``array`` read at ``shape`` (a view; itself where it has that shape already)."""
+    return array if array.shape == shape else xp.broadcast_to(array, shape)
+
+
 def _state(xp, initial_state, shape: tuple[int, ...], axis: int):
     """`initial_state` broadcast to the state shape (checked by `_check_state`)."""
-    return xp.broadcast_to(initial_state, shape[:axis] + shape[axis + 1:])
+    return _broadcast(xp, initial_state, shape[:axis] + shape[axis + 1:])
 
 
 def _output(xp, out, shape, dtype):

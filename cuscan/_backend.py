@@ -92,7 +92,11 @@ def adapter(operands: dict[str, object]) -> ModuleType | None:
     TypeError
         If arrays of more than one library are mixed, or the library is unsupported.
     """
-    lib = which(operands)
+    return adapter_of(which(operands))
+
+
+def adapter_of(lib: str) -> ModuleType | None:
+    """The framework adapter for the library `which` found, or None for NumPy and CuPy."""
     if lib == "torch":
         # An import statement, not importlib, so that torch.compile traces through.
         from cuscan import _torch
@@ -115,7 +119,11 @@ def adapter(operands: dict[str, object]) -> ModuleType | None:
 
 def select(operands: dict[str, object]) -> ModuleType:
     """The backend module computing on these operands (name -> value); see `adapter`."""
-    lib = which(operands)
+    return backend_of(which(operands))
+
+
+def backend_of(lib: str) -> ModuleType:
+    """The backend module for the library `which` found (NumPy or CuPy)."""
     if lib not in _BACKENDS:
         raise TypeError(f"{lib} tensors go through cuscan's front door, not a backend")
     return importlib.import_module(_BACKENDS[lib])

@@ -43,6 +43,11 @@ def _name(dtype: np.dtype) -> str:
     return dtype.name
 
 
+def is_bfloat16(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` (a NumPy dtype) is ml_dtypes' bfloat16."""
+    return _name(dtype) == "bfloat16"
+
+
 def info(dtype: np.dtype) -> DTypeInfo:
     """The table row of a supported dtype."""
     return _TABLE[_name(np.dtype(dtype))]
@@ -61,7 +66,7 @@ def accumulator(dtype: np.dtype) -> np.dtype:
 def epsilon(dtype: np.dtype) -> float:
     """Machine epsilon of a supported dtype (bfloat16 included)."""
     dtype = np.dtype(dtype)
-    if dtype.name == "bfloat16":
+    if is_bfloat16(dtype):
         return 2.0**-7
     return float(np.finfo(dtype).eps)
 
@@ -104,6 +109,11 @@ def result_dtype(operands: dict[str, object]) -> np.dtype:
             raise unsupported(name, dtype)
         array_dtypes.append(dtype)
 
+    first = array_dtypes[0] if array_dtypes else None
+    if (first is not None and first.kind in "fc" and is_supported(first)
+            and ("c" not in scalar_kinds or first.kind == "c")
+            and all(d == first for d in array_dtypes)):
+        return first  # one supported dtype: nothing to promote
     names = [_name(d) for d in array_dtypes]
     has_bf16, has_f16 = "bfloat16" in names, "float16" in names
     # NumPy cannot promote bfloat16 with integers or float16: promote as if it

@@ -47,11 +47,16 @@ def _view(buffer, writeable: bool = False):
     interface = buffer.__cuda_array_interface__
     dtype = np.dtype(buffer.dtype)
     # Built from the pointer so that bfloat16 needs no support in the interface.
-    storage = np.dtype(np.uint16) if dtype.name == "bfloat16" else dtype
+    storage = np.dtype(np.uint16) if _dtypes.is_bfloat16(dtype) else dtype
     size = math.prod(buffer.shape) * storage.itemsize
     memory = cupy.cuda.UnownedMemory(interface["data"][0], size, buffer)
     array = cupy.ndarray(buffer.shape, storage, cupy.cuda.MemoryPointer(memory, 0))
     return array.view(dtype) if storage != dtype else array
+
+
+def _core(buffer):
+    """The backend computing on `_view`'s views of XLA's buffers (NumPy, or CuPy on GPU)."""
+    return _backend.backend_of("cupy" if _on_gpu(buffer) else "numpy")
 
 
 def _stream(ctx, buffer):
@@ -67,14 +72,14 @@ def _forward_callback(axis: int, reverse: bool, method: str):
 
     def callback(ctx, out, decays, impulses, initial_state):
         with _stream(ctx, out):
+            backend = _core(out)
             out, impulses = _view(out, writeable=True), _view(impulses)
             if impulses.shape != out.shape:
                 # vmap batched only the decays or the initial state: the output has a
                 # batch dimension the impulses lack, so they are read with stride 0 along it
-                xp = _backend.select({"impulses": impulses}).xp
-                impulses = xp.broadcast_to(impulses, out.shape)
+                impulses = backend.xp.broadcast_to(impulses, out.shape)
             _api.forward(_view(decays), impulses, _view(initial_state), axis=axis,
-                         reverse=reverse, method=method, out=out)
+                         reverse=reverse, method=method, out=out, backend=backend)
 
     return callback
 
@@ -86,17 +91,17 @@ def _backward_callback(axis: int, reverse: bool, holomorphic: bool):
 
     def callback(ctx, out, grad_output, decays, output, initial_state):
         with _stream(ctx, grad_output):
+            backend = _core(grad_output)
             grad_output, output = _view(grad_output), _view(output)
             if grad_output.shape != output.shape:
                 # vmap batched the cotangent (jacrev) or the output alone: the other has
                 # a batch dimension of 1, read with stride 0
-                xp = _backend.select({"output": output}).xp
-                grad_output, output = xp.broadcast_arrays(grad_output, output)
+                grad_output, output = backend.xp.broadcast_arrays(grad_output, output)
             operands = [_view(decays), output, _view(initial_state)]
             if holomorphic:
                 operands = [None if v is None else v.conj() for v in operands]
             _api.backward(grad_output, *operands, axis=axis, reverse=reverse,
-                          out=tuple(_view(o, writeable=True) for o in out))
+                          out=tuple(_view(o, writeable=True) for o in out), backend=backend)
 
     return callback
 

@@ -99,9 +99,11 @@ def _time_first(view, axis: int):
 def _scattered(view, dtype) -> bool:
     """Whether the time-first ``view`` is to be scanned in a time-major copy of
     ``dtype`` (broadcast axes, stride 0, aside)."""
+    if len(view) < _MIN_SCATTERED_LENGTH:
+        return False
     strides = [abs(stride) for size, stride in zip(view.shape[1:], view.strides[1:],
                                                     strict=True) if size > 1 and stride]
-    if len(view) < _MIN_SCATTERED_LENGTH or not strides or min(strides) < _CACHE_LINE:
+    if not strides or min(strides) < _CACHE_LINE:
         return False
     width, itemsize = math.prod(view.shape[1:]), np.dtype(dtype).itemsize
     row = width * itemsize

@@ -65,7 +65,7 @@ def from_array(array) -> tf.Tensor:
         import cupy
 
         cupy.cuda.get_current_stream().synchronize()
-    bfloat16 = array.dtype.name == "bfloat16"
+    bfloat16 = _dtypes.is_bfloat16(array.dtype)
     if bfloat16:
         array = array.view(np.uint16)
     pointer = array.ctypes.data if isinstance(array, np.ndarray) else array.data.ptr

@@ -21,6 +21,7 @@ import sys
 import numpy as np
 import torch
 import torch.autograd.forward_ad
+from torch.utils import _python_dispatch
 
 from cuscan import _api, _backend, _dtypes
 
@@ -46,9 +47,14 @@ def to_array(tensor: torch.Tensor):
     return array
 
 
+def _core(tensor: torch.Tensor):
+    """The backend computing on `to_array`'s views of ``tensor``'s memory."""
+    return _backend.backend_of("cupy" if tensor.device.type == "cuda" else "numpy")
+
+
 def from_array(array) -> torch.Tensor:
     """The tensor viewing a NumPy or CuPy array's memory."""
-    if array.dtype.name == "bfloat16":
+    if _dtypes.is_bfloat16(array.dtype):
         return torch.from_dlpack(array.view(np.uint16)).view(torch.bfloat16)
     return torch.from_dlpack(array)
 
@@ -79,17 +85,41 @@ def _promoted(*tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
     return [None if tensor is None else tensor.to(dtype) for tensor in tensors]
 
 
-@torch.library.custom_op("cuscan::linear_recurrence", mutates_args=())
-def _forward(decays: torch.Tensor, impulses: torch.Tensor, initial_state: torch.Tensor | None,
-             axis: int, reverse: bool, method: str) -> torch.Tensor:
+def _differentiated(*tensors) -> bool:
+    """Whether autograd records a call on ``tensors``."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _eager(*tensors) -> bool:
+    """Whether a call on ``tensors`` may run the operators' code without torch's dispatcher
+    (which costs as much as a small recurrence): plain tensors, outside torch.compile,
+    tracing, torch.func's transforms, Python modes and the profiler, all of which must see
+    the operator."""
+    return (not torch.compiler.is_compiling()
+            and all(t is None or type(t) is torch.Tensor for t in tensors)
+            and not torch._C._is_torch_function_mode_enabled()
+            and _python_dispatch._get_current_dispatch_mode() is None
+            and torch._C._functorch.peek_interpreter_stack() is None
+            and not torch.autograd._profiler_enabled()
+            and not torch.jit.is_tracing())
+
+
+def _forward_impl(decays, impulses, initial_state, axis, reverse, method) -> torch.Tensor:
+    """The forward operator's code (`_forward`)."""
     decays, impulses, initial_state = _promoted(decays, impulses, initial_state)
     _api.check_method(method)  # the operator is public too (torch.ops.cuscan)
     with _stream(impulses):
         out = _api.forward(
             to_array(decays), to_array(impulses),
             None if initial_state is None else to_array(initial_state),
-            axis=axis, reverse=reverse, method=method)
+            axis=axis, reverse=reverse, method=method, backend=_core(impulses))
     return from_array(out)
+
+
+@torch.library.custom_op("cuscan::linear_recurrence", mutates_args=())
+def _forward(decays: torch.Tensor, impulses: torch.Tensor, initial_state: torch.Tensor | None,
+             axis: int, reverse: bool, method: str) -> torch.Tensor:
+    return _forward_impl(decays, impulses, initial_state, axis, reverse, method)
 
 
 @_forward.register_fake
@@ -98,21 +128,26 @@ def _(decays, impulses, initial_state, axis, reverse, method):
     return impulses.new_empty(shape, dtype=_result_dtype(decays, impulses, initial_state))
 
 
-@torch.library.custom_op("cuscan::linear_recurrence_vjp", mutates_args=())
-def _backward(grad_output: torch.Tensor, decays: torch.Tensor, output: torch.Tensor,
-              initial_state: torch.Tensor | None, axis: int, reverse: bool
-              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _backward_impl(grad_output, decays, output, initial_state, axis, reverse):
+    """The VJP operator's code (`_backward`)."""
     grad_output, decays, output, initial_state = _promoted(grad_output, decays, output,
                                                            initial_state)
     with _stream(output):
         grads = _api.backward(
             to_array(grad_output), to_array(decays), to_array(output),
             None if initial_state is None else to_array(initial_state),
-            axis=axis, reverse=reverse)
+            axis=axis, reverse=reverse, backend=_core(output))
     grad_decays, grad_impulses, grad_state = (None if g is None else from_array(g) for g in grads)
     if grad_state is None:
         grad_state = grad_impulses.new_empty(_BACKWARD_STATE_ABSENT)
     return grad_decays, grad_impulses, grad_state
+
+
+@torch.library.custom_op("cuscan::linear_recurrence_vjp", mutates_args=())
+def _backward(grad_output: torch.Tensor, decays: torch.Tensor, output: torch.Tensor,
+              initial_state: torch.Tensor | None, axis: int, reverse: bool
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward_impl(grad_output, decays, output, initial_state, axis, reverse)
 
 
 @_backward.register_fake
@@ -317,11 +352,11 @@ def _recurrence(decays, impulses, initial_state, axis, reverse, method) -> torch
     """`_forward`, differentiable: with forward-mode AD when a dual level is open (the
     plain function otherwise, which is what torch.compile can trace)."""
     forward_mode = getattr(torch.autograd.forward_ad, "_current_level", 0) >= 0
-    if not forward_mode and not (torch.is_grad_enabled() and any(
-            t is not None and t.requires_grad for t in (decays, impulses, initial_state))):
+    if not forward_mode and not _differentiated(decays, impulses, initial_state):
         # Nothing to differentiate: the operator alone, without autograd's bookkeeping
-        # (a third of the cost of a small call).
-        return _forward(decays, impulses, initial_state, axis, reverse, method)
+        # (a third of the cost of a small call), and eagerly its code alone.
+        operator = _forward_impl if _eager(decays, impulses, initial_state) else _forward
+        return operator(decays, impulses, initial_state, axis, reverse, method)
     function = _DualRecurrence if forward_mode else _Recurrence
     return function.apply(decays, impulses, initial_state, axis, reverse, method)
 
@@ -460,6 +495,10 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, r
     grad_output, decays, output, initial_state = _as_tensors(
         ("grad_output", "decays", "output", "initial_state"), grad_output, decays, output,
         initial_state)
-    grad_decays, grad_impulses, grad_state = _backward(grad_output, decays, output,
+    operands = (grad_output, decays, output, initial_state)
+    # (the operator has no derivative: through it, autograd raises rather than drop a gradient)
+    eager = _eager(*operands) and not _differentiated(*operands)
+    operator = _backward_impl if eager else _backward
+    grad_decays, grad_impulses, grad_state = operator(grad_output, decays, output,
                                                        initial_state, axis, reverse)
     return grad_decays, grad_impulses, None if initial_state is None else grad_state

@@ -218,6 +218,39 @@ def test_activation_checkpointing(device, reentrant):
             torch.testing.assert_close(ours, plain)
 
 
+def test_operators_are_seen_where_they_must_be():
+    """Eager calls on plain tensors run the operators' code directly, but Python dispatch
+    modes, torch.device contexts and the profiler see the operators; and the VJP operator,
+    which has no derivative, is never skipped where autograd records."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    decays, impulses = torch.rand(6, 2, dtype=torch.float64), torch.randn(6, 2,
+                                                                          dtype=torch.float64)
+    expected = cuscan.linear_recurrence(decays, impulses)
+    with Seen() as seen:
+        torch.testing.assert_close(cuscan.linear_recurrence(decays, impulses), expected)
+        cuscan.linear_recurrence_vjp(expected, decays, expected)
+    assert {"cuscan.linear_recurrence.default",
+            "cuscan.linear_recurrence_vjp.default"} <= set(seen.names)
+    with torch.device("cpu"):
+        torch.testing.assert_close(cuscan.linear_recurrence(decays, impulses), expected)
+    with torch.profiler.profile() as profile:
+        cuscan.linear_recurrence(decays, impulses)
+    assert "cuscan::linear_recurrence" in {event.key for event in profile.key_averages()}
+    grads = cuscan.linear_recurrence_vjp(expected, decays.requires_grad_(), expected)
+    with pytest.raises(RuntimeError, match="no autograd formula"):
+        grads[0].sum().backward()
+
+
 def test_opcheck(device):
     decays = torch.rand(33, 4, dtype=torch.float64, device=device, requires_grad=True)
     impulses = torch.randn(33, 4, dtype=torch.float64, device=device, requires_grad=True)
