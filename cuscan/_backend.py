@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 from types import ModuleType
 
@@ -122,6 +123,7 @@ def select(operands: dict[str, object]) -> ModuleType:
     return backend_of(which(operands))
 
 
+@functools.cache
 def backend_of(lib: str) -> ModuleType:
     """The backend module for the library `which` found (NumPy or CuPy)."""
     if lib not in _BACKENDS:
