@@ -496,9 +496,23 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, r
         ("grad_output", "decays", "output", "initial_state"), grad_output, decays, output,
         initial_state)
     operands = (grad_output, decays, output, initial_state)
-    # (the operator has no derivative: through it, autograd raises rather than drop a gradient)
-    eager = _eager(*operands) and not _differentiated(*operands)
-    operator = _backward_impl if eager else _backward
+    if _differentiated(*operands):
+        return _vjp_composite(*operands, axis, reverse)
+    operator = _backward_impl if _eager(*operands) else _backward
     grad_decays, grad_impulses, grad_state = operator(grad_output, decays, output,
                                                        initial_state, axis, reverse)
     return grad_decays, grad_impulses, None if initial_state is None else grad_state
+
+
+def _vjp_composite(grad_output, decays, output, initial_state, axis, reverse):
+    """`linear_recurrence_vjp` with differentiable operations, for autograd to record (the
+    operator has no derivative): `_differentiable_vjp`, each gradient summed to its operand's
+    shape."""
+    grad_output, decays, output, initial_state = _promoted(grad_output, decays, output,
+                                                           initial_state)
+    _, axis = _api.backward_shape(grad_output.shape, decays.shape, output.shape,
+                                  None if initial_state is None else initial_state.shape, axis)
+    grads = _differentiable_vjp(grad_output, decays, output, initial_state, axis, reverse)
+    targets = (decays, output, initial_state)
+    return tuple(None if target is None else _sum_to(grad, target.shape, target.dtype)
+                 for grad, target in zip(grads, targets, strict=True))

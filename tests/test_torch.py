@@ -220,8 +220,7 @@ def test_activation_checkpointing(device, reentrant):
 
 def test_operators_are_seen_where_they_must_be():
     """Eager calls on plain tensors run the operators' code directly, but Python dispatch
-    modes, torch.device contexts and the profiler see the operators; and the VJP operator,
-    which has no derivative, is never skipped where autograd records."""
+    modes, torch.device contexts and the profiler see the operators."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Seen(TorchDispatchMode):
@@ -246,9 +245,29 @@ def test_operators_are_seen_where_they_must_be():
     with torch.profiler.profile() as profile:
         cuscan.linear_recurrence(decays, impulses)
     assert "cuscan::linear_recurrence" in {event.key for event in profile.key_averages()}
-    grads = cuscan.linear_recurrence_vjp(expected, decays.requires_grad_(), expected)
-    with pytest.raises(RuntimeError, match="no autograd formula"):
-        grads[0].sum().backward()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_vjp_function_is_differentiable(device, dtype, reverse):
+    """``linear_recurrence_vjp`` on tensors that require grad is differentiable, to second
+    order, with broadcast decays and state, and gives the values it gives without grad."""
+    generator = torch.Generator().manual_seed(9)
+    shapes = [(6, 2, 3), (1, 3), (6, 2, 3), (3,)]
+    operands = [torch.randn(shape, generator=generator, dtype=dtype).to(device)
+                for shape in shapes]
+    operands[1] = operands[1] * 0.5
+    expected = cuscan.linear_recurrence_vjp(*operands, reverse=reverse)
+    leaves = [v.clone().requires_grad_() for v in operands]
+
+    def vjp(*values):
+        return cuscan.linear_recurrence_vjp(*values, reverse=reverse)
+
+    for mine, theirs in zip(vjp(*leaves), expected, strict=True):
+        assert mine.requires_grad
+        torch.testing.assert_close(mine.detach(), theirs)
+    assert torch.autograd.gradcheck(vjp, leaves)
+    assert torch.autograd.gradgradcheck(vjp, leaves)
 
 
 def test_opcheck(device):
