@@ -301,5 +301,12 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, r
          "initial_state": initial_state})
     _, axis = _api.backward_shape(_shape(grad_output), _shape(decays), _shape(output),
                                   _shape(initial_state), axis)
-    grads = _backward(grad_output, decays, output, initial_state, axis, reverse)
+    if _recording():
+        # A tape may differentiate the VJP itself: written with differentiable operations.
+        grads = _differentiable_vjp(grad_output, decays, output, initial_state, axis, reverse)
+        grads[0] = _sum_to(grads[0], decays.shape)
+        if initial_state is not None:
+            grads[2] = _sum_to(grads[2], initial_state.shape)
+    else:
+        grads = _backward(grad_output, decays, output, initial_state, axis, reverse)
     return grads[0], grads[1], grads[2] if initial_state is not None else None

@@ -273,6 +273,30 @@ def test_second_order_and_forward_mode(dtype, reverse, graph):
             tf.function(forward_mode)(ours)
 
 
+@pytest.mark.parametrize("dtype", [tf.float64, tf.complex128])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_vjp_function_is_differentiable(dtype, reverse):
+    """``linear_recurrence_vjp`` under a tape is differentiable (its Jacobian matches finite
+    differences), with broadcast decays and state, and gives the values it gives without."""
+    rng = np.random.default_rng(4)
+    operands = [tf.cast(rng.standard_normal(shape) * scale, dtype) for shape, scale in
+                (((6, 2, 3), 1), ((1, 3), 0.5), ((6, 2, 3), 1), ((3,), 1))]
+    expected = cuscan.linear_recurrence_vjp(*operands, reverse=reverse)
+    with tf.GradientTape() as tape:
+        tape.watch(operands)
+        taped = cuscan.linear_recurrence_vjp(*operands, reverse=reverse)
+    for mine, theirs in zip(taped, expected, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-12)
+
+    def flat(*values):
+        grads = cuscan.linear_recurrence_vjp(*values, reverse=reverse)
+        return tf.concat([tf.reshape(g, [-1]) for g in grads], 0)
+
+    theoretical, numerical = tf.test.compute_gradient(flat, operands, delta=1e-6)
+    for mine, differences in zip(theoretical, numerical, strict=True):
+        np.testing.assert_allclose(mine, differences, atol=1e-7)
+
+
 def test_map_fn_and_vectorized_map():
     """Mapped over a batch, by tf.map_fn (values and gradients) or tf.vectorized_map (values),
     cuscan gives what one call over the whole batch gives."""
