@@ -127,7 +127,7 @@ def result_dtype(operands: dict[str, object]) -> np.dtype:
     if result.kind in "biu":
         result = np.dtype(np.float64)
     if "c" in scalar_kinds and result.kind != "c":
-        real = np.dtype(np.float16) if _name(result) == "bfloat16" else result
+        real = np.dtype(np.float16) if is_bfloat16(result) else result
         result = np.result_type(real, np.complex64)
     if not is_supported(result):
         raise unsupported("the result", result)

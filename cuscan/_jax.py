@@ -149,8 +149,8 @@ def _whole(value):
     sharding = _sharding(value)
     if sharding is None:
         return value
-    replicated = jax.sharding.PartitionSpec(*(None,) * len(sharding.spec))
-    return jax.sharding.reshard(value, jax.sharding.NamedSharding(sharding.mesh, replicated))
+    return _reshard(value, sharding.update(
+        spec=jax.sharding.PartitionSpec(*(None,) * len(sharding.spec))))
 
 
 def _bind(primitive, *operands, **params):

@@ -159,12 +159,12 @@ def _differentiable_vjp(grad_output, decays, output, initial_state, axis: int, r
     ``g[t] = grad_output[t] + conj(decays[t+1]) * g[t+1]`` is the recurrence run
     the other way with the decays shifted one step; ``grad_decays[t] =
     conj(h[t-1]) * g[t]`` with ``h[-1]`` the initial state; ``grad_state =
-    conj(decays[0]) * g[0]`` (mirrored when ``reverse``), at the output's shape (the
-    state's without the axis).
+    conj(decays[0]) * g[0]`` (mirrored when ``reverse``), the decays' and the state's
+    summed back to their shapes.
     """
     shape = tf.shape(output)
     length = shape[axis]
-    decays = tf.broadcast_to(decays, shape)
+    decays_shape, decays = decays.shape, tf.broadcast_to(decays, shape)
     zero = tf.zeros(tf.tensor_scatter_nd_update(shape, [[axis]], [1]), output.dtype)
     if initial_state is None:
         first = zero
@@ -178,11 +178,11 @@ def _differentiable_vjp(grad_output, decays, output, initial_state, axis: int, r
         following = _along(tf.concat([decays, zero], axis), axis, 1, None)
         previous = _along(tf.concat([first, output], axis), axis, None, length)
     grad = _differentiable(tf.math.conj(following), grad_output, None, axis, not reverse, "auto")
-    grads = [tf.math.conj(previous) * grad, grad]
+    grads = [_sum_to(tf.math.conj(previous) * grad, decays_shape), grad]
     if initial_state is not None:
         ends = (-1, None) if reverse else (0, 1)
         grad_state = tf.math.conj(_along(decays, axis, *ends)) * _along(grad, axis, *ends)
-        grads.append(tf.reduce_sum(grad_state, axis))
+        grads.append(_sum_to(tf.reduce_sum(grad_state, axis), initial_state.shape))
     return grads
 
 
@@ -230,9 +230,6 @@ def _differentiable(decays, impulses, initial_state, axis, reverse, method):
                 recorded = _differentiable(decays, impulses, initial_state, axis, reverse, method)
                 grads = _differentiable_vjp(grad_output, decays, recorded, initial_state, axis,
                                             reverse)
-                grads[0] = _sum_to(grads[0], decays.shape)
-                if initial_state is not None:
-                    grads[2] = _sum_to(grads[2], initial_state.shape)
             else:
                 grads = _backward(grad_output, decays, output, initial_state, axis, reverse)
             grad_impulses = _sum_to(grads[1], impulses.shape)
@@ -304,9 +301,6 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, r
     if _recording():
         # A tape may differentiate the VJP itself: written with differentiable operations.
         grads = _differentiable_vjp(grad_output, decays, output, initial_state, axis, reverse)
-        grads[0] = _sum_to(grads[0], decays.shape)
-        if initial_state is not None:
-            grads[2] = _sum_to(grads[2], initial_state.shape)
     else:
         grads = _backward(grad_output, decays, output, initial_state, axis, reverse)
     return grads[0], grads[1], grads[2] if initial_state is not None else None
