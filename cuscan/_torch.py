@@ -352,6 +352,11 @@ def _recurrence(decays, impulses, initial_state, axis, reverse, method) -> torch
     """`_forward`, differentiable: with forward-mode AD when a dual level is open (the
     plain function otherwise, which is what torch.compile can trace)."""
     forward_mode = getattr(torch.autograd.forward_ad, "_current_level", 0) >= 0
+    if torch.jit.is_tracing():
+        # A trace records the operator, whose registered derivative is the VJP operator:
+        # the same graph whether or not the inputs require grad (an autograd function
+        # would be recorded as Python code, which a saved trace cannot hold).
+        return _forward(decays, impulses, initial_state, axis, reverse, method)
     if not forward_mode and not _differentiated(decays, impulses, initial_state):
         # Nothing to differentiate: the operator alone, without autograd's bookkeeping
         # (a third of the cost of a small call), and eagerly its code alone.

@@ -336,6 +336,52 @@ def test_exported_programs_load_after_importing_cuscan_nn(tmp_path):
     """)
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.* is deprecated:DeprecationWarning")
+def test_traced_modules_save_and_load(tmp_path):
+    """torch.jit.trace over parameters that require grad passes its own check (the graph is
+    the same with and without grad), records the operator, and the saved trace runs in a
+    new process that imports cuscan.nn with the module's values and gradients."""
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gate = torch.nn.Parameter(torch.randn(3, dtype=torch.float64))
+
+        def forward(self, x, s):
+            return cuscan.linear_recurrence(torch.sigmoid(self.gate), x, s, axis=1,
+                                            reverse=True)
+
+    generator = torch.Generator().manual_seed(9)
+    model = Model()
+
+    def inputs(batch, steps):
+        return (torch.randn(batch, steps, 3, dtype=torch.float64, generator=generator),
+                torch.randn(batch, 3, dtype=torch.float64, generator=generator))
+
+    traced = torch.jit.trace(model, inputs(2, 9))
+    assert "cuscan::linear_recurrence" in str(traced.graph)
+    traced.save(str(tmp_path / "model.pt"))
+    cases = [inputs(2, 9), inputs(4, 17)]
+    expected = []
+    for case in cases:
+        model.zero_grad()
+        output = model(*case)
+        output.square().sum().backward()
+        expected.append((output.detach(), model.gate.grad.clone()))
+    torch.save({"cases": cases, "expected": expected}, tmp_path / "data.pt")
+    run_in_fresh_process(f"""
+        import torch
+        import cuscan.nn
+        traced = torch.jit.load({str(tmp_path / "model.pt")!r})
+        data = torch.load({str(tmp_path / "data.pt")!r})
+        for case, (output, grad) in zip(data["cases"], data["expected"], strict=True):
+            traced.zero_grad()
+            mine = traced(*case)
+            mine.square().sum().backward()
+            torch.testing.assert_close(mine, output)
+            torch.testing.assert_close(traced.gate.grad, grad)
+    """)
+
+
 DTENSOR_SCRIPT = """
 import os
 import sys
