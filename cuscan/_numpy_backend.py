@@ -183,8 +183,9 @@ def _parallel(a, x, h0, out) -> None:
     body = count * chunk
     shape = (count, chunk, *a.shape[1:])
     # Views with position-in-chunk first: step j below touches position j of
-    # every chunk.
-    ac, xc, oc = (np.swapaxes(v[:body].reshape(shape, copy=False), 0, 1) for v in (a, x, out))
+    # every chunk. (Splitting one axis in two is a view for any strides, so `oc`
+    # writes into `out`.)
+    ac, xc, oc = (np.swapaxes(v[:body].reshape(shape), 0, 1) for v in (a, x, out))
     compact = math.prod(out.shape[1:]) * out.itemsize <= _MAX_STRIDED_ROW
     if compact:
         # Narrow rows make those steps strided, elements far apart: with the
