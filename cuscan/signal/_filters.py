@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import cmath
 import functools
+import importlib
 import numbers
 import sys
 from typing import Any
@@ -34,8 +35,10 @@ def _front_door(function):
         try:
             return function(*args, **kwargs)
         except Exception as error:
-            jax = sys.modules.get("jax")
-            if jax is None or not isinstance(error, jax.errors.InconclusiveDimensionOperation):
+            if "jax" not in sys.modules:
+                raise
+            jax_core = importlib.import_module("jax.extend.core")  # jax.errors' from 0.10.2
+            if not isinstance(error, jax_core.InconclusiveDimensionOperation):
                 raise
             raise ValueError(
                 f"cuscan.signal.{function.__name__} compares the signal's length with what the "
