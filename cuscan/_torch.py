@@ -29,8 +29,9 @@ _BACKWARD_STATE_ABSENT = (0,)  # shape of the stand-in when there is no initial 
 
 
 def to_array(tensor: torch.Tensor):
-    """The NumPy (CPU) or CuPy (CUDA) array viewing ``tensor``'s memory."""
-    tensor = tensor.detach()
+    """The NumPy (CPU) or CuPy (CUDA) array viewing ``tensor``'s memory (a conjugate or
+    negative view, which DLPack cannot carry, resolved first)."""
+    tensor = tensor.detach().resolve_conj().resolve_neg()
     bfloat16 = tensor.dtype == torch.bfloat16
     if bfloat16:  # DLPack consumers may lack bfloat16: cross as uint16 and view back
         tensor = tensor.view(torch.uint16)

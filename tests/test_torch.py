@@ -78,6 +78,36 @@ def test_conversions_share_memory(device):
         assert back.dtype == dtype
 
 
+@pytest.mark.parametrize("kind", ["conj", "neg"])
+def test_lazy_conjugates_and_negatives(device, kind):
+    """torch's lazy conjugate and negative views (``x.conj()``, ``x.conj().imag``), which
+    DLPack cannot carry, give what the resolved tensors give, values and gradients."""
+    generator = torch.Generator().manual_seed(5)
+    values = [torch.randn(*shape, generator=generator, dtype=torch.complex128).to(device) * 0.5
+              for shape in [(13, 3), (13, 3), (3,), (13, 3)]]
+    lazy = [v.conj() if kind == "conj" else v.conj().imag for v in values]
+    assert all(v.is_conj() if kind == "conj" else v.is_neg() for v in lazy)
+    resolved = [v.resolve_conj().resolve_neg() for v in lazy]
+    grad_output = lazy.pop()
+    resolved_grad_output = resolved.pop()
+    for inputs in (lazy, resolved):
+        for v in inputs:
+            v.requires_grad_()
+    h = cuscan.linear_recurrence(*lazy, reverse=True)
+    expected = cuscan.linear_recurrence(*resolved, reverse=True)
+    torch.testing.assert_close(h, expected, rtol=1e-12, atol=1e-12)
+    for mine, theirs in zip(torch.autograd.grad(h, lazy, grad_output),
+                            torch.autograd.grad(expected, resolved, resolved_grad_output),
+                            strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-12, atol=1e-12)
+    output = expected.detach()
+    for mine, theirs in zip(
+            cuscan.linear_recurrence_vjp(grad_output, lazy[0].detach(), output),
+            cuscan.linear_recurrence_vjp(resolved_grad_output, resolved[0].detach(), output),
+            strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-12, atol=1e-12)
+
+
 def test_inputs_not_modified(device):
     decays = torch.rand(200, 3, dtype=torch.float64, device=device)
     impulses = torch.randn(200, 3, dtype=torch.float64, device=device)
