@@ -94,7 +94,8 @@ def result_dtype(operands: dict[str, object]) -> np.dtype:
     ``operands`` maps argument names to arrays or Python scalars (``None`` is
     skipped). Python scalars are weak, as in NumPy 2: a float decay does not
     widen a float32 or bfloat16 array. Bool and integer results become
-    float64; bfloat16 with float16 becomes float32.
+    float64; bfloat16 with float16 becomes float32. The result is in native
+    byte order, as NumPy's ufuncs return, whatever order the operands are in.
     """
     array_dtypes: list[np.dtype] = []
     scalar_kinds: set[str] = set()
@@ -110,7 +111,7 @@ def result_dtype(operands: dict[str, object]) -> np.dtype:
         array_dtypes.append(dtype)
 
     first = array_dtypes[0] if array_dtypes else None
-    if (first is not None and first.kind in "fc" and is_supported(first)
+    if (first is not None and first.kind in "fc" and first.isnative and is_supported(first)
             and ("c" not in scalar_kinds or first.kind == "c")
             and all(d == first for d in array_dtypes)):
         return first  # one supported dtype: nothing to promote
@@ -131,4 +132,4 @@ def result_dtype(operands: dict[str, object]) -> np.dtype:
         result = np.result_type(real, np.complex64)
     if not is_supported(result):
         raise unsupported("the result", result)
-    return result
+    return result if result.isnative else result.newbyteorder("=")

@@ -252,6 +252,29 @@ def test_promotion_follows_numpy(backend):
     assert cuscan.linear_recurrence(np.float16(0.5), f32).dtype == np.float32
 
 
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "complex64", "complex128"])
+def test_numpy_non_native_byte_order(method, dtype):
+    """Big-endian operands (as read from files) give native-order results and gradients,
+    as NumPy's ufuncs do, with the values of the same data in native order."""
+    rng = np.random.default_rng(7)
+    native = np.dtype(dtype)
+    swapped = native.newbyteorder("S")
+    decays, impulses = make(rng, (37, 3), native), make(rng, (37, 3), native, -1.0)
+    state = make(rng, (3,), native)
+    expected = cuscan.linear_recurrence(decays, impulses, state, method=method)
+    result = cuscan.linear_recurrence(decays.astype(swapped), impulses.astype(swapped),
+                                      state.astype(swapped), method=method)
+    assert result.dtype.str == native.str
+    np.testing.assert_array_equal(result, expected)
+    grads = cuscan.linear_recurrence_vjp(np.ones_like(expected).astype(swapped),
+                                         decays.astype(swapped), result, state.astype(swapped))
+    for grad, want in zip(grads, cuscan.linear_recurrence_vjp(np.ones_like(expected), decays,
+                                                              expected, state), strict=True):
+        assert grad.dtype.str == native.str
+        np.testing.assert_array_equal(grad, want)
+
+
 @pytest.mark.parametrize("layout", ["copies", "views"])
 def test_numpy_time_contiguous(monkeypatch, layout):
     """The NumPy backend scans time-contiguous operands, such as (C, T) along axis -1,
