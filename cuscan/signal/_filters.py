@@ -436,7 +436,8 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     ----------
     sos : array_like
         ``(n_sections, 6)``: each row ``[b0, b1, b2, a0, a1, a2]``; constants,
-        not differentiated.
+        not differentiated. A section whose ``a0`` is not 1 is normalised by it
+        (SciPy requires 1).
     x : array_like
         The signal, any shape: a NumPy or CuPy array, or a torch, JAX or
         TensorFlow tensor (the result is the same framework's, differentiable).
