@@ -93,11 +93,12 @@ def _differentiated(*tensors) -> bool:
 
 def _eager(*tensors) -> bool:
     """Whether a call on ``tensors`` may run the operators' code without torch's dispatcher
-    (which costs as much as a small recurrence): plain tensors, outside torch.compile,
-    tracing, torch.func's transforms, Python modes and the profiler, all of which must see
-    the operator."""
+    (which costs as much as a small recurrence): plain tensors with data (meta tensors
+    have only shapes, which the operator's fake implementation gives), outside
+    torch.compile, tracing, torch.func's transforms, Python modes and the profiler, all of
+    which must see the operator."""
     return (not torch.compiler.is_compiling()
-            and all(t is None or type(t) is torch.Tensor for t in tensors)
+            and all(t is None or (type(t) is torch.Tensor and not t.is_meta) for t in tensors)
             and not torch._C._is_torch_function_mode_enabled()
             and _python_dispatch._get_current_dispatch_mode() is None
             and torch._C._functorch.peek_interpreter_stack() is None
@@ -493,6 +494,8 @@ def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method)
     """``cuscan.linear_recurrence`` for torch tensors (called by the front door)."""
     decays, impulses, initial_state = _as_tensors(
         ("decays", "impulses", "initial_state"), decays, impulses, initial_state)
+    if impulses.is_meta:  # all on one device: the fake implementation checks no shapes
+        _api.forward_shape(_shape(decays), _shape(impulses), _shape(initial_state), axis)
     return _recurrence(decays, impulses, initial_state, axis, reverse, method)
 
 
@@ -502,12 +505,19 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, r
         ("grad_output", "decays", "output", "initial_state"), grad_output, decays, output,
         initial_state)
     operands = (grad_output, decays, output, initial_state)
+    if output.is_meta:
+        _api.backward_shape(_shape(grad_output), _shape(decays), _shape(output),
+                            _shape(initial_state), axis)
     if _differentiated(*operands):
         return _vjp_composite(*operands, axis, reverse)
     operator = _backward_impl if _eager(*operands) else _backward
     grad_decays, grad_impulses, grad_state = operator(grad_output, decays, output,
                                                        initial_state, axis, reverse)
     return grad_decays, grad_impulses, None if initial_state is None else grad_state
+
+
+def _shape(tensor: torch.Tensor | None) -> tuple[int, ...] | None:
+    return None if tensor is None else tuple(tensor.shape)
 
 
 def _vjp_composite(grad_output, decays, output, initial_state, axis, reverse):
@@ -517,7 +527,7 @@ def _vjp_composite(grad_output, decays, output, initial_state, axis, reverse):
     grad_output, decays, output, initial_state = _promoted(grad_output, decays, output,
                                                            initial_state)
     _, axis = _api.backward_shape(grad_output.shape, decays.shape, output.shape,
-                                  None if initial_state is None else initial_state.shape, axis)
+                                  _shape(initial_state), axis)
     grads = _differentiable_vjp(grad_output, decays, output, initial_state, axis, reverse)
     targets = (decays, output, initial_state)
     return tuple(None if target is None else _sum_to(grad, target.shape, target.dtype)

@@ -585,6 +585,44 @@ def test_devices_as_torch_chooses_them():
                                      torch.ones(3, device="meta"))
 
 
+def test_meta_tensors_give_shapes_and_errors():
+    """Meta tensors (shapes without data, as in deferred model initialisation) give the
+    result's shape and dtype, with or without autograd, in layers and filters too, and
+    wrong shapes give the errors of real tensors."""
+    import cuscan.nn
+    import cuscan.signal
+
+    meta = {"device": "meta", "dtype": torch.float32}
+    decays, impulses = torch.rand(20, 3, **meta), torch.randn(20, 3, **meta)
+    state = torch.ones(3, **meta)
+    for grad in (False, True):
+        with torch.set_grad_enabled(grad):
+            h = cuscan.linear_recurrence(decays.requires_grad_(grad), impulses.int(), state,
+                                         axis=0, reverse=True)
+            assert (h.device.type, h.shape, h.dtype) == ("meta", (20, 3), torch.float32)
+            grads = cuscan.linear_recurrence_vjp(h, decays[0], h, state)
+            assert [g.shape for g in grads] == [(3,), (20, 3), (3,)]
+            assert all(g.device.type == "meta" for g in grads)
+    decays.requires_grad_(False)
+    with pytest.raises(ValueError, match=r"do not broadcast: \(5, 3\) and \(20, 3\)"):
+        cuscan.linear_recurrence(decays[:5], impulses)
+    with pytest.raises(np.exceptions.AxisError):
+        cuscan.linear_recurrence(decays, impulses, axis=2)
+    with pytest.raises(ValueError, match=r"`initial_state` must broadcast .* got shape \(4,\)"):
+        cuscan.linear_recurrence(decays, impulses, torch.ones(4, **meta))
+    with pytest.raises(ValueError, match="`grad_output` must have the shape of `output`"):
+        cuscan.linear_recurrence_vjp(impulses[1:], decays, impulses)
+    layer = cuscan.nn.SRU(8, 16, bidirectional=True, device="meta")
+    with torch.no_grad():
+        output, _ = layer(torch.randn(30, 4, 8, device="meta"))
+    assert (output.device.type, output.shape) == ("meta", (30, 4, 32))
+    signal = torch.randn(2, 100, device="meta")
+    for filtered in (cuscan.signal.lfilter([1.0, 2.0], [1.0, -0.5], signal),
+                     cuscan.signal.sosfilt([[1.0, 0.0, 0.0, 1.0, -0.5, 0.0]], signal),
+                     cuscan.signal.ema(signal, 0.3)):
+        assert (filtered.device.type, filtered.shape) == ("meta", (2, 100))
+
+
 @pytest.mark.parametrize("dtype", [torch.complex32, torch.float8_e4m3fn])
 @pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
 def test_unsupported_dtypes_are_rejected(dtype):
