@@ -105,7 +105,10 @@ def result_dtype(operands: dict[str, object]) -> np.dtype:
         if is_python_scalar(value):
             scalar_kinds.add("c" if isinstance(value, complex) else "f")
             continue
-        dtype = np.dtype(value.dtype)  # type: ignore[attr-defined]
+        try:
+            dtype = np.dtype(value.dtype)  # type: ignore[attr-defined]
+        except TypeError:  # not a NumPy dtype at all, such as JAX's key<fry>
+            raise unsupported(name, value.dtype) from None  # type: ignore[attr-defined]
         if not (dtype.kind in "biu" or is_supported(dtype)):
             raise unsupported(name, dtype)
         array_dtypes.append(dtype)

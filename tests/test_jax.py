@@ -495,6 +495,12 @@ def test_errors_at_trace_time():
             0.5, x, **{option: value}))
         with pytest.raises(TypeError, match=f"`{option}` must be .*static argument"):
             traced(jnp.ones(3), 0)
+    # Extended dtypes, which NumPy cannot name, are refused like any unsupported dtype.
+    with pytest.raises(TypeError, match="`decays` has dtype key<fry>, which cuscan does not"):
+        cuscan.linear_recurrence(jax.random.key(0), jnp.ones(3))
+    with pytest.raises(TypeError, match="`initial_state` has dtype key<fry>"):
+        jax.jit(cuscan.linear_recurrence_vjp)(jnp.ones(3), 0.5, jnp.ones(3),
+                                              jax.random.key(0))
     static = jax.jit(cuscan.linear_recurrence, static_argnames=("axis", "reverse"))
     np.testing.assert_allclose(np.asarray(static(0.5, jnp.ones((2, 3)), axis=1, reverse=True)),
                                reference.linear_recurrence(0.5, np.ones((2, 3)), axis=1,
