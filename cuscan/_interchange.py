@@ -20,7 +20,14 @@ def to_array(value):
         return value
     if not hasattr(value, "__cuda_array_interface__") and (
             value.__dlpack_device__()[0] == _DLPACK_CPU):
-        return np.from_dlpack(value)
+        try:
+            return np.from_dlpack(value)
+        except (BufferError, TypeError):
+            if not hasattr(value, "__array__"):
+                raise
+            # An array its library cannot export (pyarrow's with nulls, say): NumPy's
+            # conversion, a copy, as for any array_like (nulls become NaN).
+            return np.asarray(value)
     cupy = _backend.cupy_for(f"a {type(value).__name__}")
     if hasattr(value, "__cuda_array_interface__"):
         return cupy.asarray(value)

@@ -93,3 +93,26 @@ def test_signal_filters_through_dlpack():
     past = x[0, :5]
     np.testing.assert_allclose(signal.lfiltic(*ss.butter(2, 0.2), Exported(past), Exported(past)),
                                ss.lfiltic(*ss.butter(2, 0.2), past, past), rtol=1e-13)
+
+
+def test_arrays_their_library_cannot_export_convert_as_array_likes():
+    """An array whose ``__dlpack__`` refuses (pyarrow's with nulls, say) but that NumPy can
+    convert is NumPy's array_like, as without DLPack; with no ``__array__`` the refusal
+    stands."""
+    from cuscan import signal
+
+    class WithNulls(Exported):
+        def __dlpack__(self, **kwargs):
+            raise BufferError("Can only use DLPack on arrays with no nulls.")
+
+    class Convertible(WithNulls):
+        def __array__(self, dtype=None, copy=None):
+            return self.array
+
+    values = np.array([1.0, np.nan, 3.0, 4.0])
+    np.testing.assert_array_equal(cuscan.linear_recurrence(0.5, Convertible(values)),
+                                  [1.0, np.nan, np.nan, np.nan])
+    np.testing.assert_allclose(signal.ema(Convertible(values), 0.5, nan_policy="omit"),
+                               signal.ema(values, 0.5, nan_policy="omit"), rtol=1e-15)
+    with pytest.raises(BufferError, match="no nulls"):
+        cuscan.linear_recurrence(0.5, WithNulls(values))
