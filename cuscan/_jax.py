@@ -215,6 +215,62 @@ def _forward_impl(*args, axis, reverse, method):
     return function(decays, impulses, state)
 
 
+def _combine(earlier, later):
+    """The scan's operator: two steps ``h -> a h + x`` composed, ``earlier`` first."""
+    (a1, x1), (a2, x2) = earlier, later
+    return a1 * a2, a2 * x1 + x2
+
+
+def _forward_scan(*args, axis, reverse, method):
+    """`_forward_impl` in XLA's own operations, for programs that leave the process
+    (`jax.export`), which cannot hold a callback into Python: `jax.lax.associative_scan`,
+    or over a symbolic length (which it cannot take) `jax.lax.scan`'s serial loop. Half
+    precision accumulates in float32, as in the core."""
+    decays, impulses, state = _with_state(args, 2)
+    shape = _forward_shape(decays, impulses, state, axis)
+    axis %= len(shape)
+    dtype, steps = impulses.dtype, shape[axis]
+    accumulator = _dtypes.accumulator(dtype)
+    decays = jnp.broadcast_to(decays, shape).astype(accumulator)
+    impulses = jnp.broadcast_to(impulses, shape).astype(accumulator)
+    if not isinstance(steps, int):
+        channels = shape[:axis] + shape[axis + 1:]
+        start = (jnp.zeros(channels, accumulator) if state is None
+                 else jnp.broadcast_to(state, channels).astype(accumulator))
+
+        def step(h, operands):
+            h = operands[0] * h + operands[1]
+            return h, h
+
+        _, output = jax.lax.scan(step, start, (jnp.moveaxis(decays, axis, 0),
+                                               jnp.moveaxis(impulses, axis, 0)), reverse=reverse)
+        return jnp.moveaxis(output, 0, axis).astype(dtype)
+    if steps == 0:
+        return jnp.zeros(shape, dtype)
+    if state is not None:  # h[-1] enters as the first step's impulse: x + a * state
+        first = steps - 1 if reverse else 0
+        start = jax.lax.slice_in_dim(impulses, first, first + 1, axis=axis) + (
+            jax.lax.slice_in_dim(decays, first, first + 1, axis=axis)
+            * jnp.expand_dims(state, axis).astype(accumulator))
+        rest = jax.lax.slice_in_dim(impulses, 0, first, axis=axis) if reverse else (
+            jax.lax.slice_in_dim(impulses, 1, steps, axis=axis))
+        impulses = jnp.concatenate([rest, start] if reverse else [start, rest], axis)
+    _, output = jax.lax.associative_scan(_combine, (decays, impulses), reverse=reverse,
+                                         axis=axis)
+    return output.astype(dtype)
+
+
+def _lowering(native, portable, multiple_results: bool):
+    """Lower through ``native`` (the buffer callbacks), or through ``portable`` (XLA's own
+    operations) for `jax.export`."""
+    rules = [mlir.lower_fun(f, multiple_results=multiple_results) for f in (native, portable)]
+
+    def rule(ctx, *args, **params):
+        return rules[ctx.module_context.lowering_parameters.for_export](ctx, *args, **params)
+
+    return rule
+
+
 def _forward_abstract(*avals, axis, reverse, method):
     decays, impulses, state = _with_state(avals, 2)
     return _result(_forward_shape(decays, impulses, state, axis), impulses.dtype, avals)
@@ -448,7 +504,7 @@ def _vjp_batch(args, dims, *, axis, reverse, shapes):
     return _like(grads, args[1:1 + len(grads)]), [0] * len(grads)
 
 
-def _primitive(name: str, impl, abstract, *, jvp, transpose, batch, taylor,
+def _primitive(name: str, impl, abstract, *, jvp, transpose, batch, taylor, portable,
                multiple_results=False):
     primitive = Primitive(name)
     primitive.multiple_results = multiple_results
@@ -457,7 +513,7 @@ def _primitive(name: str, impl, abstract, *, jvp, transpose, batch, taylor,
     compiled = functools.cache(lambda params: jax.jit(functools.partial(impl, **dict(params))))
     primitive.def_impl(lambda *args, **params: compiled(tuple(sorted(params.items())))(*args))
     primitive.def_abstract_eval(abstract)
-    mlir.register_lowering(primitive, mlir.lower_fun(impl, multiple_results=multiple_results))
+    mlir.register_lowering(primitive, _lowering(impl, portable, multiple_results))
     ad.primitive_jvps[primitive] = jvp
     ad.primitive_transposes[primitive] = transpose
     batching.primitive_batchers[primitive] = batch
@@ -472,14 +528,15 @@ def _tangent_abstract(*avals, **params):
 
 _forward_p = _primitive("cuscan_linear_recurrence", _forward_impl, _forward_abstract,
                         jvp=_forward_jvp, transpose=_forward_transpose, batch=_forward_batch,
-                        taylor=_forward_jet)
+                        taylor=_forward_jet, portable=_forward_scan)
 _tangent_p = _primitive("cuscan_linear_recurrence_tangent", _tangent_composite,
                         _tangent_abstract, jvp=_by_jvp(_tangent_composite),
                         transpose=_tangent_transpose, batch=_tangent_batch,
-                        taylor=_by_jet(_tangent_composite))
+                        taylor=_by_jet(_tangent_composite), portable=_tangent_composite)
 _vjp_p = _primitive("cuscan_linear_recurrence_vjp", _vjp_impl, _vjp_abstract,
                     jvp=_by_jvp(_vjp_composite), transpose=_vjp_transpose, batch=_vjp_batch,
-                    taylor=_by_jet(_vjp_composite), multiple_results=True)
+                    taylor=_by_jet(_vjp_composite), portable=_vjp_composite,
+                    multiple_results=True)
 
 
 def _sum_to(grad, shape):

@@ -3,6 +3,9 @@ modes."""
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -542,6 +545,76 @@ def test_symbolic_shapes():
         jax.eval_shape(forward, decays, x, jax.ShapeDtypeStruct((t, 8), jnp.float32))
 
 
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_export(symbolic):
+    """``jax.export`` serialises programs that call cuscan, in XLA's own scan (a callback into
+    Python cannot leave the process): values and derivatives as the buffer callbacks give
+    them, with concrete or symbolic shapes, for every dtype, and for the filters."""
+    serialisable = importlib.util.find_spec("flatbuffers") is not None
+    rng = np.random.default_rng(4)
+    decays, impulses = rng.uniform(0.5, 1.0, (37, 3)), rng.standard_normal((37, 3))
+    state = rng.standard_normal(3)
+
+    def exported(function, *args, specs=None):
+        if symbolic and specs is not None:
+            args_in = jax.export.symbolic_args_specs(args, specs)
+        else:
+            args_in = args
+        module = jax.export.export(jax.jit(function))(*args_in)
+        if serialisable:  # JAX's serialisation needs flatbuffers, which JAX does not require
+            module = jax.export.deserialize(module.serialize())
+        assert "callback" not in module.mlir_module()
+        return module.call
+
+    def close(actual, expected, dtype=np.float64):
+        tolerance = 50 * float(jnp.finfo(dtype).eps)
+        for mine, theirs in zip(jax.tree.leaves(actual), jax.tree.leaves(expected),
+                                strict=True):
+            assert mine.dtype == theirs.dtype
+            np.testing.assert_allclose(np.asarray(mine, np.complex128),
+                                       np.asarray(theirs, np.complex128),
+                                       rtol=tolerance, atol=tolerance)
+
+    length = 13 if symbolic else 37  # a symbolic program runs on a length of its own
+    a, x, h0 = (jnp.asarray(v) for v in (decays[:length], impulses[:length], state))
+    specs = ("t, c", "t, c", "c")
+    for reverse in (False, True):
+        def forward(a, x, s, reverse=reverse):
+            return cuscan.linear_recurrence(a, x, s, reverse=reverse)
+
+        def loss(a, x, s, reverse=reverse):
+            return jnp.sum(jnp.sin(forward(a, x, s, reverse)))
+
+        gradient = jax.grad(loss, argnums=(0, 1, 2))
+        call = exported(forward, *(jnp.asarray(v) for v in (decays, impulses, state)),
+                        specs=specs)
+        close(call(a, x, h0), forward(a, x, h0))
+        call = exported(gradient, *(jnp.asarray(v) for v in (decays, impulses, state)),
+                        specs=specs)
+        close(call(a, x, h0), gradient(a, x, h0))
+        tangent = jax.jit(lambda a: jax.jvp(lambda a: forward(a, x, h0), (a,),
+                                            (jnp.ones_like(a),))[1])
+        close(exported(tangent, a)(a), tangent(a))
+    vjp = functools.partial(cuscan.linear_recurrence_vjp, axis=0)
+    output = cuscan.linear_recurrence(a, x, h0)
+    close(exported(vjp, x, a, output, h0)(x, a, output, h0), vjp(x, a, output, h0))
+    for dtype in ("float32", "bfloat16", "complex64"):
+        def channels_first(a, x):
+            return cuscan.linear_recurrence(a, x, axis=1, reverse=True)
+
+        a_t, x_t = a[0][:, None].astype(dtype), x.T.astype(dtype)
+        call = exported(channels_first, a_t, x_t, specs=("c, 1", "c, t"))
+        close(call(a_t, x_t), channels_first(a_t, x_t), dtype)
+    empty = exported(lambda x: cuscan.linear_recurrence(0.5, x), x[:0])(x[:0])
+    assert empty.shape == (0, 3)
+    sos = np.array([[0.2, 0.4, 0.2, 1.0, -0.5, 0.25], [1.0, 0.0, -1.0, 1.0, 0.1, 0.3]])
+    from cuscan import signal
+
+    signal_in = jnp.asarray(rng.standard_normal((2, 500)))
+    for function in (lambda x: signal.sosfiltfilt(sos, x), lambda x: signal.ema(x, 0.2)):
+        close(exported(function, signal_in)(signal_in), function(signal_in))
+
+
 def test_keras_functional_model(tmp_path):
     """A Keras layer calling cuscan, in a functional model over a time axis of size None with
     Keras's JAX backend (which infers shapes symbolically), trains and saves."""
@@ -564,6 +637,31 @@ def test_keras_functional_model(tmp_path):
         model.save(path)
         loaded = keras.saving.load_model(path, custom_objects={"Decay": Decay})
         np.testing.assert_allclose(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+    """, KERAS_BACKEND="jax", OUTPUT_DIRECTORY=str(tmp_path))
+
+
+def test_keras_export_to_a_saved_model(tmp_path):
+    """Keras' ``model.export`` on the JAX backend (through ``jax.export``) gives a TensorFlow
+    SavedModel that serves any length, as the model computes it."""
+    require("keras")
+    require("tensorflow")
+    run_in_fresh_process("""
+        import os, numpy as np, keras, tensorflow as tf, cuscan
+        class Decay(keras.layers.Layer):
+            def build(self, shape):
+                self.logit = self.add_weight(shape=(shape[-1],), initializer="ones")
+            def call(self, x):
+                return cuscan.linear_recurrence(keras.ops.sigmoid(self.logit), x, axis=1,
+                                                reverse=True)
+        inputs = keras.Input((None, 4))
+        model = keras.Model(inputs, Decay()(inputs))
+        path = os.path.join(os.environ["OUTPUT_DIRECTORY"], "served")
+        model.export(path, format="tf_saved_model", verbose=False)
+        served = tf.saved_model.load(path)
+        for length in (1, 30):
+            x = np.random.default_rng(length).standard_normal((3, length, 4)).astype("float32")
+            np.testing.assert_allclose(served.serve(x).numpy(), np.asarray(model(x)),
+                                       rtol=1e-6, atol=1e-6)
     """, KERAS_BACKEND="jax", OUTPUT_DIRECTORY=str(tmp_path))
 
 
