@@ -97,23 +97,76 @@ def _compiled_by_xla() -> bool:
     return control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph())
 
 
+def _in_save_context() -> bool:
+    """Whether functions are being traced for a SavedModel (False if it cannot be asked)."""
+    try:
+        from tensorflow.python.saved_model import save_context
+    except ImportError:  # pragma: no cover - TensorFlow moved it
+        return False
+    return save_context.in_save_context()
+
+
+def _native() -> bool:
+    """Whether the graph being traced cannot call back into Python: compiled by XLA, or
+    traced for a SavedModel, which does not keep a py_function's Python code."""
+    return not tf.executing_eagerly() and (_compiled_by_xla() or _in_save_context())
+
+
 def _eager(function, inputs: list[tf.Tensor], outputs: list[tf.DType], shapes):
     """Run ``function`` on eager tensors: directly, or in a py_function inside a graph."""
     if tf.executing_eagerly():
         return function(*inputs)
-    if _compiled_by_xla():
-        raise NotImplementedError(
-            "cuscan cannot run inside a function compiled by XLA, since XLA cannot call back "
-            "into Python; got a call under tf.function(jit_compile=True) or a Keras model "
-            "compiled with XLA (Keras' default on a GPU): use tf.function without "
-            "jit_compile, or model.compile(..., jit_compile=False)")
     results = tf.py_function(function, inputs, outputs)
     for result, shape in zip(results, shapes, strict=True):
         result.set_shape(shape)
     return results
 
 
+def _scan(decays, impulses, initial_state, axis: int, reverse: bool) -> tf.Tensor:
+    """The recurrence in TensorFlow's own operations, for graphs that cannot call back into
+    Python (`_native`): Hillis and Steele's scan, ceil(log2 T) steps of ``(a, x)[t] <-
+    (a[t] a[t-s], a[t] x[t-s] + x[t])`` for s = 1, 2, 4, ..., with time moved first. Half
+    precision accumulates in float32, as in the core."""
+    dtype = impulses.dtype
+    accumulator = tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype
+    shape = tf.broadcast_dynamic_shape(tf.shape(decays), tf.shape(impulses))
+    rank = max(decays.shape.rank, impulses.shape.rank)
+    order = [axis, *(d for d in range(rank) if d != axis)]
+    a, x = (tf.transpose(tf.cast(tf.broadcast_to(v, shape), accumulator), order)
+            for v in (decays, impulses))
+    if reverse:
+        a, x = tf.reverse(a, [0]), tf.reverse(x, [0])
+    if initial_state is not None:  # h[-1] enters as the first step's impulse: x + a * state
+        state = tf.broadcast_to(tf.cast(initial_state, accumulator), tf.shape(x)[1:])
+        x = tf.concat([x[:1] + a[:1] * state[tf.newaxis], x[1:]], 0)
+    steps = tf.shape(x)[0]
+    time = tf.reshape(tf.range(steps), [-1] + [1] * (rank - 1))
+
+    def step(shift, a, x):
+        earlier = time >= shift
+        source = tf.maximum(tf.range(steps) - shift, 0)
+        x_next = x + a * tf.where(earlier, tf.gather(x, source), tf.zeros([], accumulator))
+        a_next = a * tf.where(earlier, tf.gather(a, source), tf.ones([], accumulator))
+        return shift * 2, tf.ensure_shape(a_next, a.shape), tf.ensure_shape(x_next, x.shape)
+
+    if x.shape[0] is not None:  # a known length: the steps unrolled
+        shift = 1
+        while shift < x.shape[0]:
+            shift, a, x = step(shift, a, x)
+    else:  # (a bound on the steps, which XLA's gradients of the loop need)
+        bound = tf.cast(tf.math.ceil(tf.math.log(tf.cast(tf.maximum(steps, 2), tf.float64))
+                                     / np.log(2.0)), tf.int32)  # at least 1
+        _, _, x = tf.while_loop(lambda shift, a, x: shift < steps, step,
+                                (tf.constant(1), a, x), maximum_iterations=bound)
+    if reverse:
+        x = tf.reverse(x, [0])
+    inverse = [order.index(d) for d in range(rank)]
+    return tf.cast(tf.transpose(x, inverse), dtype)
+
+
 def _forward(decays, impulses, initial_state, axis, reverse, method):
+    if _native():
+        return _scan(decays, impulses, initial_state, axis, reverse)
     dtype = impulses.dtype
 
     def run(*tensors):
@@ -129,6 +182,9 @@ def _forward(decays, impulses, initial_state, axis, reverse, method):
 
 
 def _backward(grad_output, decays, output, initial_state, axis, reverse):
+    if _native():
+        return _differentiable_vjp(grad_output, decays, output, initial_state, axis, reverse)
+
     def run(*tensors):
         grad, a, h, *state = _to_arrays(tensors)
         state = state[0] if state else None
@@ -143,9 +199,14 @@ def _backward(grad_output, decays, output, initial_state, axis, reverse):
     return _eager(run, inputs, [output.dtype] * len(targets), [t.shape for t in targets])
 
 
-def _sum_to(grad: tf.Tensor, shape: tf.TensorShape) -> tf.Tensor:
-    axes = list(_api.summed_axes(tuple(grad.shape), tuple(shape)))
-    return tf.reshape(tf.reduce_sum(grad, axes, keepdims=True), shape) if axes else grad
+def _sum_to(grad: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
+    """``grad`` summed to the shape of ``target``, which it broadcasts from; where either
+    shape is not known when tracing, the axes are found when the graph runs."""
+    if not (grad.shape.is_fully_defined() and target.shape.is_fully_defined()):
+        axes, _ = tf.raw_ops.BroadcastGradientArgs(s0=tf.shape(target), s1=tf.shape(grad))
+        return tf.reshape(tf.reduce_sum(grad, axes), tf.shape(target))
+    axes = list(_api.summed_axes(tuple(grad.shape), tuple(target.shape)))
+    return tf.reshape(tf.reduce_sum(grad, axes, keepdims=True), target.shape) if axes else grad
 
 
 def _along(tensor: tf.Tensor, axis: int, start=None, stop=None) -> tf.Tensor:
@@ -164,8 +225,10 @@ def _differentiable_vjp(grad_output, decays, output, initial_state, axis: int, r
     """
     shape = tf.shape(output)
     length = shape[axis]
-    decays_shape, decays = decays.shape, tf.broadcast_to(decays, shape)
-    zero = tf.zeros(tf.tensor_scatter_nd_update(shape, [[axis]], [1]), output.dtype)
+    target, decays = decays, tf.broadcast_to(decays, shape)
+    # One step of zeros (none if there are no steps, which the slices below cannot tell
+    # apart), shaped by a slice where XLA must know shapes when compiling.
+    zero = tf.zeros_like(_along(output, axis, 0, 1))
     if initial_state is None:
         first = zero
     else:
@@ -178,11 +241,11 @@ def _differentiable_vjp(grad_output, decays, output, initial_state, axis: int, r
         following = _along(tf.concat([decays, zero], axis), axis, 1, None)
         previous = _along(tf.concat([first, output], axis), axis, None, length)
     grad = _differentiable(tf.math.conj(following), grad_output, None, axis, not reverse, "auto")
-    grads = [_sum_to(tf.math.conj(previous) * grad, decays_shape), grad]
+    grads = [_sum_to(tf.math.conj(previous) * grad, target), grad]
     if initial_state is not None:
         ends = (-1, None) if reverse else (0, 1)
         grad_state = tf.math.conj(_along(decays, axis, *ends)) * _along(grad, axis, *ends)
-        grads.append(_sum_to(tf.reduce_sum(grad_state, axis), initial_state.shape))
+        grads.append(_sum_to(tf.reduce_sum(grad_state, axis), initial_state))
     return grads
 
 
@@ -232,7 +295,7 @@ def _differentiable(decays, impulses, initial_state, axis, reverse, method):
                                             reverse)
             else:
                 grads = _backward(grad_output, decays, output, initial_state, axis, reverse)
-            grad_impulses = _sum_to(grads[1], impulses.shape)
+            grad_impulses = _sum_to(grads[1], impulses)
             return [grads[0], grad_impulses, *grads[2:]]
 
         return output, gradient

@@ -351,32 +351,125 @@ def test_errors():
         cuscan.linear_recurrence(tf.ragged.constant([[1.0], [2.0, 3.0]]), 1.0)
 
 
-def test_xla_compilation_is_refused_clearly():
-    """XLA cannot call back into Python: every entry point says so when traced under it,
-    instead of XLA's error about an unsupported EagerPyFunc when the graph runs."""
-    x = tf.ones((6, 2))
-    message = r"inside a function compiled by XLA.*jit_compile=False"
+@pytest.mark.parametrize("length", [0, 1, 2, 17, 1000])
+@pytest.mark.parametrize("signature", ["static", "dynamic"])
+def test_xla_compilation(length, signature):
+    """Under XLA (``jit_compile=True``), which cannot call back into Python, the recurrence
+    runs in TensorFlow's own operations: values of every dtype and layout, gradients and
+    second derivatives as cuscan's own, over lengths known or unknown when tracing."""
+    rng = np.random.default_rng(length)
+    decays, impulses, state = (tf.constant(v) for v in _operands(rng, length, tf.complex128))
+    def forward(a, x, s):
+        return [cuscan.linear_recurrence(a, x, s, reverse=reverse)
+                for reverse in (False, True)] + [
+            cuscan.linear_recurrence(tf.transpose(x, (1, 2, 0)), 0.5, axis=-1)]
+
+    def gradients(a, x, s):
+        with tf.GradientTape() as outer:
+            outer.watch(a)
+            with tf.GradientTape() as inner:
+                inner.watch([a, x, s])
+                loss = sum(tf.reduce_sum(tf.abs(h) ** 2) for h in forward(a, x, s))
+            first = inner.gradient(loss, [a, x, s])
+        return [*first, outer.gradient(tf.reduce_sum(tf.abs(first[0]) ** 2), a)]
+
+    for dtype in DTYPES:
+        operands = [tf.cast(v if dtype.is_complex else tf.math.real(v), dtype)
+                    for v in (decays, impulses, state)]
+
+        for function in (forward, gradients):
+            if function is gradients and dtype not in (tf.float64, tf.complex128):
+                continue
+            if signature == "static":
+                compiled = tf.function(function, jit_compile=True)
+            else:
+                compiled = tf.function(function, jit_compile=True, input_signature=[
+                    tf.TensorSpec([None] * v.shape.rank, v.dtype) for v in operands])
+            tolerance = {tf.float16: 1e-2, tf.bfloat16: 5e-2, tf.float32: 1e-5,
+                         tf.complex64: 1e-5}.get(dtype, 1e-10)
+            for mine, theirs in zip(compiled(*operands), function(*operands), strict=True):
+                if theirs is None:  # no steps: nothing connects a derivative to the decays
+                    assert mine is None
+                    continue
+                assert mine.dtype == theirs.dtype
+                assert mine.shape == theirs.shape
+                wide = np.complex128 if dtype.is_complex else np.float64
+                np.testing.assert_allclose(_numpy(mine, wide), _numpy(theirs, wide),
+                                           rtol=tolerance, atol=tolerance, err_msg=str(dtype))
+
+
+def test_xla_vjp_signal_and_keras():
+    """The VJP function and cuscan.signal under XLA; a Keras model compiled with XLA (Keras'
+    default on a GPU) trains as without."""
+    x = tf.constant(np.random.default_rng(0).standard_normal((60, 2)))
     calls = {
-        "forward": lambda x: cuscan.linear_recurrence(0.5, x),
-        "vjp": lambda x: cuscan.linear_recurrence_vjp(x, 0.5, x)[1],
-        "signal": lambda x: cuscan.signal.lfilter([1.0], [1.0, -0.5], x, axis=0),
+        "vjp": lambda x: cuscan.linear_recurrence_vjp(x, 0.5, x, x[0])[1:],
+        "lfilter": lambda x: cuscan.signal.lfilter([1.0, 0.5], [1.0, -0.5, 0.25], x, axis=0),
+        "filtfilt": lambda x: cuscan.signal.filtfilt([1.0, 0.5], [1.0, -0.5], x, axis=0),
+        "ema": lambda x: cuscan.signal.ema(x, 0.3, axis=0, adjust=True),
     }
     for name, call in calls.items():
-        with pytest.raises(NotImplementedError, match=message):
-            tf.function(call, jit_compile=True)(x)
-        np.testing.assert_allclose(tf.function(call)(x).numpy(), call(x).numpy(), err_msg=name)
+        for mine, theirs in zip(tf.nest.flatten(tf.function(call, jit_compile=True)(x)),
+                                tf.nest.flatten(call(x)), strict=True):
+            np.testing.assert_allclose(mine.numpy(), theirs.numpy(), rtol=1e-12, atol=1e-12,
+                                       err_msg=name)
 
     keras = tf.keras
-    inputs = keras.Input((6, 2))
+    inputs = keras.Input((None, 2))
+    decay = keras.layers.Dense(2, activation="sigmoid")
+    outputs = keras.layers.Lambda(lambda v: cuscan.linear_recurrence(v[0], v[1], axis=1))(
+        [decay(inputs), inputs])
+    model = keras.Model(inputs, keras.layers.Dense(1)(outputs[:, -1]))
+    data = np.random.default_rng(1).standard_normal((8, 6, 2)).astype(np.float32)
+    weights = model.get_weights()
+    losses = {}
+    for jit_compile in (True, False):
+        model.set_weights(weights)
+        model.compile(keras.optimizers.SGD(0.01), "mse", jit_compile=jit_compile)
+        history = model.fit(data, data.sum((1, 2))[:, None], epochs=3, batch_size=8,
+                            verbose=0, shuffle=False)
+        losses[jit_compile] = history.history["loss"]
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-4)
+
+
+def test_saved_models_run_in_a_fresh_process(tmp_path):
+    """A SavedModel (``tf.saved_model.save``, Keras' ``model.export``) keeps no Python, so its
+    functions are saved with the recurrence in TensorFlow's own operations, and serve in a
+    process that has never imported cuscan, whatever length comes."""
+    class Module(tf.Module):
+        def __init__(self):
+            self.decays = tf.Variable(tf.fill([3], tf.constant(0.8, tf.float64)))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float64)])
+        def __call__(self, x):
+            return cuscan.linear_recurrence(self.decays, x, reverse=True)
+
+    module = Module()
+    x = np.random.default_rng(0).standard_normal((30, 3))
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "expected.npy", module(tf.constant(x)).numpy())  # traced before saving
+    tf.saved_model.save(module, str(tmp_path / "module"))
+
+    keras = tf.keras
+    inputs = keras.Input((None, 3))
     model = keras.Model(inputs, keras.layers.Lambda(
-        lambda v: cuscan.linear_recurrence(0.5, v, axis=1), output_shape=(6, 2))(inputs))
-    model.compile(loss="mse", jit_compile=True)
-    with pytest.raises(NotImplementedError, match=message):
-        model.predict(np.ones((3, 6, 2), np.float32), verbose=0)
-    model.compile(loss="mse", jit_compile=False)
-    np.testing.assert_allclose(model.predict(np.ones((3, 6, 2), np.float32), verbose=0),
-                               reference.linear_recurrence(0.5, np.ones((3, 6, 2)), axis=1),
-                               rtol=1e-6)
+        lambda v: cuscan.linear_recurrence(0.5, v, axis=1))(inputs))
+    model.export(str(tmp_path / "model"), format="tf_saved_model", verbose=False)
+    np.save(tmp_path / "expected_model.npy", model(x[None].astype(np.float32)).numpy())
+
+    run_in_fresh_process("""
+        import os, sys, numpy as np, tensorflow as tf
+        directory = os.environ["OUTPUT_DIRECTORY"]
+        x = np.load(os.path.join(directory, "x.npy"))
+        module = tf.saved_model.load(os.path.join(directory, "module"))
+        np.testing.assert_allclose(module(x).numpy(),
+                                   np.load(os.path.join(directory, "expected.npy")), rtol=1e-12)
+        model = tf.saved_model.load(os.path.join(directory, "model"))
+        np.testing.assert_allclose(model.serve(x[None].astype(np.float32)).numpy(),
+                                   np.load(os.path.join(directory, "expected_model.npy")),
+                                   rtol=1e-5, atol=1e-6)
+        assert "cuscan" not in sys.modules
+    """, OUTPUT_DIRECTORY=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="3")
 
 
 def test_operands_on_different_devices():
