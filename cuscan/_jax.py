@@ -4,7 +4,9 @@ The forward and the fused VJP each run as a ``jax.experimental.buffer_callback``
 XLA hands over its own buffers, inputs and outputs, and the core computes in
 place on them (NumPy on CPU; CuPy on GPU, on XLA's stream), so nothing is
 copied. Primitives with JVP, transpose and batching rules (below) carry them
-through ``jit``, ``vmap`` and both modes of differentiation, to any order.
+through ``jit``, ``vmap`` and both modes of differentiation, to any order. In
+programs for ``jax.export``, which cannot hold a callback into Python, they are
+lowered to XLA's own scans instead.
 Imported only when a JAX array is passed.
 """
 

@@ -2,9 +2,11 @@
 
 Eager tensors are viewed as NumPy (CPU) or CuPy (GPU) arrays through DLPack
 and results are handed back the same way, so nothing is copied. Inside a
-``tf.function`` the work runs in a ``tf.py_function``; ``tf.custom_gradient``
-makes it differentiable with the core's VJP (TensorFlow's complex convention
-is the core's). Imported only when a TensorFlow tensor is passed.
+``tf.function`` the work runs in a ``tf.py_function``, or, where a graph cannot
+call back into Python (XLA, SavedModels), as a scan in TensorFlow's own
+operations; ``tf.custom_gradient`` makes it differentiable with the core's VJP
+(TensorFlow's complex convention is the core's). Imported only when a
+TensorFlow tensor is passed.
 """
 
 from __future__ import annotations
