@@ -235,28 +235,20 @@ def _forward_scan(*args, axis, reverse, method):
     accumulator = _dtypes.accumulator(dtype)
     decays = jnp.broadcast_to(decays, shape).astype(accumulator)
     impulses = jnp.broadcast_to(impulses, shape).astype(accumulator)
+    if state is not None:  # h[-1] enters as the first step's impulse: x + a * state
+        impulses = impulses + decays * _previous(jnp.zeros(shape, accumulator), state, axis,
+                                                 reverse)
     if not isinstance(steps, int):
-        channels = shape[:axis] + shape[axis + 1:]
-        start = (jnp.zeros(channels, accumulator) if state is None
-                 else jnp.broadcast_to(state, channels).astype(accumulator))
-
         def step(h, operands):
             h = operands[0] * h + operands[1]
             return h, h
 
-        _, output = jax.lax.scan(step, start, (jnp.moveaxis(decays, axis, 0),
-                                               jnp.moveaxis(impulses, axis, 0)), reverse=reverse)
+        _, output = jax.lax.scan(step, jnp.zeros(shape[:axis] + shape[axis + 1:], accumulator),
+                                 (jnp.moveaxis(decays, axis, 0), jnp.moveaxis(impulses, axis, 0)),
+                                 reverse=reverse)
         return jnp.moveaxis(output, 0, axis).astype(dtype)
     if steps == 0:
         return jnp.zeros(shape, dtype)
-    if state is not None:  # h[-1] enters as the first step's impulse: x + a * state
-        first = steps - 1 if reverse else 0
-        start = jax.lax.slice_in_dim(impulses, first, first + 1, axis=axis) + (
-            jax.lax.slice_in_dim(decays, first, first + 1, axis=axis)
-            * jnp.expand_dims(state, axis).astype(accumulator))
-        rest = jax.lax.slice_in_dim(impulses, 0, first, axis=axis) if reverse else (
-            jax.lax.slice_in_dim(impulses, 1, steps, axis=axis))
-        impulses = jnp.concatenate([rest, start] if reverse else [start, rest], axis)
     _, output = jax.lax.associative_scan(_combine, (decays, impulses), reverse=reverse,
                                          axis=axis)
     return output.astype(dtype)
