@@ -15,21 +15,20 @@ class DTypeInfo:
     name: str
     accumulator: str
     cuda_storage: str
-    cuda_accumulator: str
 
 
-# name, accumulator, CUDA storage type, CUDA accumulator type (the types of
-# kernels/linear_recurrence.cu). Half types are loaded as float, combined in
-# float and rounded once on store.
+# name, accumulator, CUDA storage type (a type of kernels/linear_recurrence.cu,
+# whose traits give its accumulator). Half types are loaded as float, combined
+# in float and rounded once on store.
 _TABLE: dict[str, DTypeInfo] = {
     info.name: info
     for info in (
-        DTypeInfo("float16", "float32", "cuscan::half", "float"),
-        DTypeInfo("bfloat16", "float32", "cuscan::bfloat16", "float"),
-        DTypeInfo("float32", "float32", "float", "float"),
-        DTypeInfo("float64", "float64", "double", "double"),
-        DTypeInfo("complex64", "complex64", "cuscan::complex<float>", "cuscan::complex<float>"),
-        DTypeInfo("complex128", "complex128", "cuscan::complex<double>", "cuscan::complex<double>"),
+        DTypeInfo("float16", "float32", "cuscan::half"),
+        DTypeInfo("bfloat16", "float32", "cuscan::bfloat16"),
+        DTypeInfo("float32", "float32", "float"),
+        DTypeInfo("float64", "float64", "double"),
+        DTypeInfo("complex64", "complex64", "cuscan::complex<float>"),
+        DTypeInfo("complex128", "complex128", "cuscan::complex<double>"),
     )
 }
 

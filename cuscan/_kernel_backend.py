@@ -192,16 +192,16 @@ class KernelBackend:
         acc = _dtypes.accumulator(dtype)
         chunk, chunks = self._chunking(length, count)
         products, reduced, carries = (self._scratch(chunks, sizes, acc) for _ in range(3))
+        flags = self.xp.zeros(count, np.int32)  # channels to re-run serially
         self.launch("linear_recurrence_fwd_reduce", dtype, count * chunks, a.array, x.array,
-                    products.array, reduced.array, length, chunk, chunks, *sizes,
+                    products.array, reduced.array, flags, length, chunk, chunks, *sizes,
                     *_strides(a, x))
         # carries[k]: the state at the end of chunk k, by the same algorithm.
         self._forward(products, reduced, self._as(h0, sizes, acc), carries, chunks, sizes, acc,
                       "auto")
         self.launch("linear_recurrence_fwd_rescan", dtype, count * chunks, a.array, x.array,
-                    _pointer(h0), carries.array, out.array, length, chunk, chunks, *sizes,
-                    *_strides(a, x, h0, out))
-        flags = self._nonfinite(products, reduced, carries, count, chunks, acc)
+                    _pointer(h0), carries.array, out.array, flags, length, chunk, chunks,
+                    *sizes, *_strides(a, x, h0, out))
         self.launch("linear_recurrence_fwd_serial", dtype, count, *_pointers(a, x, h0, out),
                     flags, length, *sizes, *_strides(a, x, h0, out))
 
@@ -210,8 +210,9 @@ class KernelBackend:
         acc = _dtypes.accumulator(dtype)
         chunk, chunks = self._chunking(length, count)
         products, reduced, starts = (self._scratch(chunks, sizes, acc) for _ in range(3))
+        flags = self.xp.zeros(count, np.int32)  # channels to re-run serially
         self.launch("linear_recurrence_bwd_reduce", dtype, count * chunks, go.array, a.array,
-                    products.array, reduced.array, length, chunk, chunks, *sizes,
+                    products.array, reduced.array, flags, length, chunk, chunks, *sizes,
                     *_strides(go, a))
         # starts[k] = products[k] * starts[k + 1] + reduced[k]: the gradient at
         # the start of chunk k, a forward scan over the chunks read backwards.
@@ -219,17 +220,10 @@ class KernelBackend:
                       self._reversed(starts), chunks, sizes, acc, "auto")
         self.launch("linear_recurrence_bwd_rescan", dtype, count * chunks, go.array, a.array,
                     h.array, _pointer(h0), starts.array, ga.array, gx.array, _pointer(gh0),
-                    length, chunk, chunks, *sizes, *_strides(go, a, h, h0, ga, gx, gh0))
-        flags = self._nonfinite(products, reduced, starts, count, chunks, acc)
+                    flags, length, chunk, chunks, *sizes, *_strides(go, a, h, h0, ga, gx, gh0))
         self.launch("linear_recurrence_bwd_serial", dtype, count,
                     *_pointers(go, a, h, h0, ga, gx, gh0), flags, length, *sizes,
                     *_strides(go, a, h, h0, ga, gx, gh0))
-
-    def _nonfinite(self, products, reduced, carries, count, chunks, acc):
-        flags = self.xp.empty(count, np.int32)
-        self.launch("linear_recurrence_nonfinite_channels", acc, count, products.array,
-                    reduced.array, carries.array, flags, count, chunks)
-        return flags
 
 
 def _contiguous(sizes: list[int]) -> list[int]:

@@ -12,8 +12,8 @@ from cuscan import _dtypes
 
 SOURCE = "linear_recurrence.cu"
 
-# Kernels templated on the storage type, then on the accumulator type.
-STORAGE_KERNELS = (
+# The kernels, each templated on the storage type.
+KERNELS = (
     "linear_recurrence_fwd_serial",
     "linear_recurrence_fwd_reduce",
     "linear_recurrence_fwd_rescan",
@@ -21,7 +21,6 @@ STORAGE_KERNELS = (
     "linear_recurrence_bwd_reduce",
     "linear_recurrence_bwd_rescan",
 )
-ACCUMULATOR_KERNELS = ("linear_recurrence_nonfinite_channels",)
 
 # NVRTC options, shared by the loader and the compile check in the test suite.
 COMPILE_OPTIONS = ("--std=c++17",)
@@ -37,14 +36,12 @@ def source() -> str:
 
 def name_expression(kernel: str, dtype: np.dtype) -> str:
     """The C++ name of ``kernel`` instantiated for results of ``dtype``."""
-    row = _dtypes.info(dtype)
-    argument = row.cuda_accumulator if kernel in ACCUMULATOR_KERNELS else row.cuda_storage
-    return f"cuscan::{kernel}<{argument}>"
+    return f"cuscan::{kernel}<{_dtypes.info(dtype).cuda_storage}>"
 
 
 def name_expressions(dtype: np.dtype) -> list[str]:
     """Every instantiation one dtype needs."""
-    return [name_expression(k, dtype) for k in STORAGE_KERNELS + ACCUMULATOR_KERNELS]
+    return [name_expression(k, dtype) for k in KERNELS]
 
 
 @functools.cache

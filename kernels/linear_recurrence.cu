@@ -243,12 +243,13 @@ __global__ void linear_recurrence_fwd_serial(
 // Time is cut into `chunks` chunks of `chunk` steps (the last may be shorter).
 // One thread owns one (channel, chunk) pair and reduces it to P, the product of
 // its decays, and R, its final state from a zero start, written to the
-// (chunks, count) work arrays in the accumulator type.
+// (chunks, count) work arrays in the accumulator type. Sets flags[c] when P or
+// R is not finite (see "Untrusted channels").
 template <typename S>
 __global__ void linear_recurrence_fwd_reduce(
     const S* a_ptr, const S* x_ptr, typename traits<S>::acc* products,
-    typename traits<S>::acc* reduced, index_t length, index_t chunk, index_t chunks,
-    CUSCAN_CHANNELS, CUSCAN_STRIDES(a), CUSCAN_STRIDES(x)) {
+    typename traits<S>::acc* reduced, int* flags, index_t length, index_t chunk,
+    index_t chunks, CUSCAN_CHANNELS, CUSCAN_STRIDES(a), CUSCAN_STRIDES(x)) {
     typedef traits<S> tr;
     typedef typename tr::acc A;
     CUSCAN_MAKE_CHANNELS();
@@ -268,17 +269,18 @@ __global__ void linear_recurrence_fwd_reduce(
         }
         products[w] = p;
         reduced[w] = r;
+        if (!(finite(p) && finite(r))) flags[c] = 1;
     }
 }
 
 // linear_recurrence_fwd_rescan: phase 3 of Algorithm 1. One thread owns one
 // (channel, chunk) pair and re-runs the serial recurrence over it from its
 // carry: the initial state for chunk 0, else carries[k - 1], the state at the
-// end of the previous chunk.
+// end of the previous chunk. Sets flags[c] when that carry is not finite.
 template <typename S>
 __global__ void linear_recurrence_fwd_rescan(
     const S* a_ptr, const S* x_ptr, const S* h0_ptr, const typename traits<S>::acc* carries,
-    S* out_ptr, index_t length, index_t chunk, index_t chunks, CUSCAN_CHANNELS,
+    S* out_ptr, int* flags, index_t length, index_t chunk, index_t chunks, CUSCAN_CHANNELS,
     CUSCAN_STRIDES(a), CUSCAN_STRIDES(x), CUSCAN_STRIDES(h0), CUSCAN_STRIDES(out)) {
     typedef typename traits<S>::acc A;
     CUSCAN_MAKE_CHANNELS();
@@ -291,28 +293,18 @@ __global__ void linear_recurrence_fwd_rescan(
         const index_t c = w % count, k = w / count;
         const lane<const S> a = channel(a_ptr, a_st, n, c), x = channel(x_ptr, x_st, n, c);
         const A h = k == 0 ? initial(h0_ptr, h0_st, n, c) : carries[w - count];
+        if (k > 0 && !finite(h)) flags[c] = 1;
         forward_steps(a, x, channel(out_ptr, out_st, n, c), h, k * chunk,
                       min(length, (k + 1) * chunk));
     }
 }
 
-// linear_recurrence_nonfinite_channels: P * carry + R equals the serial result
-// only while all three are finite (an overflowing product times a zero state is
-// NaN, the serial loop's 0). One thread owns one channel and sets flags[c] when
-// any of its chunk products, reductions or carries is not finite; those channels
-// are then re-run serially, so NaN and infinity propagate exactly as serially.
-template <typename A>
-__global__ void linear_recurrence_nonfinite_channels(
-    const A* products, const A* reduced, const A* carries, int* flags, index_t count,
-    index_t chunks) {
-    CUSCAN_GRID_STRIDE(c, count) {
-        bool ok = true;
-        for (index_t slot = c; slot < chunks * count && ok; slot += count) {
-            ok = finite(products[slot]) && finite(reduced[slot]) && finite(carries[slot]);
-        }
-        flags[c] = !ok;
-    }
-}
+// Untrusted channels. P * carry + R equals the serial result only while all three
+// are finite (an overflowing product times a zero state is NaN, the serial
+// loop's 0). The chunked kernels set flags[c] (zeroed by the host) when any
+// product, reduction or carry of channel c is not finite; the serial kernel
+// then re-runs those channels, so NaN and infinity propagate exactly as in the
+// serial loop. Every writer stores the same 1, so the writes need no order.
 
 // ---- backward ---------------------------------------------------------------
 //
@@ -358,7 +350,8 @@ __global__ void linear_recurrence_bwd_serial(
 template <typename S>
 __global__ void linear_recurrence_bwd_reduce(
     const S* go_ptr, const S* a_ptr, typename traits<S>::acc* products,
-    typename traits<S>::acc* reduced, index_t length, index_t chunk, index_t chunks,
+    typename traits<S>::acc* reduced, int* flags, index_t length, index_t chunk,
+    index_t chunks,
     CUSCAN_CHANNELS, CUSCAN_STRIDES(go), CUSCAN_STRIDES(a)) {
     typedef traits<S> tr;
     typedef typename tr::acc A;
@@ -385,17 +378,18 @@ __global__ void linear_recurrence_bwd_reduce(
         }
         products[w] = p;
         reduced[w] = g;
+        if (!(finite(p) && finite(g))) flags[c] = 1;
     }
 }
 
 // linear_recurrence_bwd_rescan: phase 3 in reverse time. One thread owns one
 // (channel, chunk) pair, starts from g[end] = starts[k + 1] (the gradient at the
 // start of the next chunk; none for the last chunk), and writes g and ga for its
-// chunk, and gh0 from chunk 0.
+// chunk, and gh0 from chunk 0. Sets flags[c] when g[end] is not finite.
 template <typename S>
 __global__ void linear_recurrence_bwd_rescan(
     const S* go_ptr, const S* a_ptr, const S* h_ptr, const S* h0_ptr,
-    const typename traits<S>::acc* starts, S* ga_ptr, S* gx_ptr, S* gh0_ptr,
+    const typename traits<S>::acc* starts, S* ga_ptr, S* gx_ptr, S* gh0_ptr, int* flags,
     index_t length, index_t chunk, index_t chunks, CUSCAN_CHANNELS,
     CUSCAN_STRIDES(go), CUSCAN_STRIDES(a), CUSCAN_STRIDES(h), CUSCAN_STRIDES(h0),
     CUSCAN_STRIDES(ga), CUSCAN_STRIDES(gx), CUSCAN_STRIDES(gh0)) {
@@ -417,7 +411,11 @@ __global__ void linear_recurrence_bwd_rescan(
         const lane<S> ga = channel(ga_ptr, ga_st, n, c), gx = channel(gx_ptr, gx_st, n, c);
         const index_t start = k * chunk, end = min(length, start + chunk);
         A g = tr::load(go[end - 1]);
-        if (end < length) g = conj(tr::load(a[end])) * starts[w + count] + g;
+        if (end < length) {
+            const A next = starts[w + count];
+            if (!finite(next)) flags[c] = 1;
+            g = conj(tr::load(a[end])) * next + g;
+        }
         const A first = k == 0 ? initial(h0_ptr, h0_st, n, c) : zero<A>();  // read at t = 0 only
         g = backward_steps(go, a, h, first, ga, gx, g, start, end - 1);
         if (k == 0 && gh0_ptr) gh0_ptr[gh0_st.offset(n, c)] = tr::store(conj(tr::load(a[0])) * g);

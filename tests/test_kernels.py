@@ -54,7 +54,7 @@ def _nvrtc_compile(architecture: str, dtype_name: str) -> tuple[str, dict[str, b
 @pytest.mark.parametrize("dtype_name", _dtypes.SUPPORTED_NAMES)
 def test_every_kernel_compiles_without_spills(architecture, dtype_name):
     log, lowered = _nvrtc_compile(architecture, dtype_name)
-    assert len(lowered) == len(_kernels.STORAGE_KERNELS) + len(_kernels.ACCUMULATOR_KERNELS)
+    assert len(lowered) == len(_kernels.KERNELS)
     compiled = re.findall(r"Compiling entry function '(\w+)'", log)
     assert set(compiled) == {name.decode() for name in lowered.values()}, log
     spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
@@ -111,7 +111,7 @@ def test_host_kernels_run_the_chunked_plan(monkeypatch):
     h = cuscan.linear_recurrence(decays, impulses, axis=1, method="parallel")
     assert launcher.launches.count("linear_recurrence_fwd_reduce") >= 2  # carries recurse
     assert "linear_recurrence_fwd_rescan" in launcher.launches
-    assert "linear_recurrence_nonfinite_channels" in launcher.launches
+    assert launcher.launches[-1] == "linear_recurrence_fwd_serial"  # untrusted channels
     launcher.launches.clear()
     cuscan.linear_recurrence_vjp(np.ones_like(h), decays, h, axis=1)
     assert "linear_recurrence_bwd_reduce" in launcher.launches
