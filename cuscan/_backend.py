@@ -43,6 +43,22 @@ def cupy_for(what: str) -> ModuleType:
     return cupy
 
 
+class _StreamPointer:
+    """A raw ``cudaStream_t`` offered through the CUDA stream protocol."""
+
+    def __init__(self, pointer: int):
+        self.pointer = pointer
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return 0, self.pointer
+
+
+def external_stream(what: str, pointer: int):
+    """A CuPy stream for another library's ``cudaStream_t``: a context that makes CuPy
+    launch on it."""
+    return cupy_for(what).cuda.Stream.from_external(_StreamPointer(pointer))
+
+
 def interchangeable(value: object) -> bool:
     """Whether an array of another library can be viewed through DLPack or CUDA's interface."""
     return hasattr(value, "__dlpack__") or hasattr(value, "__cuda_array_interface__")

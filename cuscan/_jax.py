@@ -65,7 +65,7 @@ def _stream(ctx, buffer):
     """A context launching CuPy on XLA's stream when the buffers are on a GPU."""
     if not _on_gpu(buffer):
         return contextlib.nullcontext()
-    return _backend.cupy_for("a JAX array").cuda.ExternalStream(ctx.stream)
+    return _backend.external_stream("a JAX array", ctx.stream)
 
 
 @functools.cache

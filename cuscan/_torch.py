@@ -65,8 +65,7 @@ def _stream(tensor: torch.Tensor):
     if tensor.device.type != "cuda":
         return contextlib.nullcontext()
     stream = torch.cuda.current_stream(tensor.device)
-    return _backend.cupy_for("a torch tensor").cuda.ExternalStream(stream.cuda_stream,
-                                                                   tensor.device.index)
+    return _backend.external_stream("a torch tensor", stream.cuda_stream)
 
 
 def _result_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
