@@ -15,7 +15,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def commit() -> str:
-    """The checked-out commit, with ``-dirty`` when the tree has changes."""
+    """The checked-out commit, with ``-dirty`` when the tree has changes; or
+    ``$CUSCAN_COMMIT``, for a copy of the tree without its history (a GPU machine)."""
+    if os.environ.get("CUSCAN_COMMIT"):
+        return os.environ["CUSCAN_COMMIT"]
     root = Path(__file__).resolve().parents[1]
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,

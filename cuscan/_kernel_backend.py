@@ -59,23 +59,33 @@ class KernelBackend:
         ``work_items`` threads; arrays pass as pointers to their first element,
         None as a null pointer and ints as 64-bit integers.
     target_threads : int
-        How many (channel, chunk) threads the chunked kernels aim for.
+        How many (channel, chunk) threads the chunked kernels aim for where the
+        channels are contiguous in memory.
     min_chunk : int
-        The shortest chunk.
+        The shortest chunk there.
     min_parallel_length, max_parallel_channels : int
-        ``method="auto"`` runs the chunked kernels on sequences at least this
-        long with fewer channels than this, and the serial kernel otherwise.
+        ``method="auto"`` runs the chunked kernels on such layouts for sequences
+        at least this long with fewer channels than this, and the serial kernel
+        otherwise.
+    major_chunk : int
+        The chunk length where time steps are contiguous in memory: short, so
+        that the chunks of one warp share cache lines (see ``owner`` in the
+        kernels). ``method="auto"`` chunks those layouts from
+        ``min_parallel_length_major`` steps on, whatever the channel count.
     """
 
     def __init__(self, xp, launch: Callable[..., None], *, target_threads: int = 1 << 17,
                  min_chunk: int = 16, min_parallel_length: int = 256,
-                 max_parallel_channels: int = 1 << 16):
+                 max_parallel_channels: int = 1 << 16, major_chunk: int = 8,
+                 min_parallel_length_major: int = 64):
         self.xp = xp
         self.launch = launch
         self.target_threads = target_threads
         self.min_chunk = min_chunk
         self.min_parallel_length = min_parallel_length
         self.max_parallel_channels = max_parallel_channels
+        self.major_chunk = major_chunk
+        self.min_parallel_length_major = min_parallel_length_major
 
     # ---- entry points, as every backend has them --------------------------
 
@@ -98,7 +108,7 @@ class KernelBackend:
             axis, [grad_output, decays, output, initial_state, grad_decays, grad_impulses,
                    grad_initial_state], outputs=3)
         length, dtype = output.shape[axis], grad_impulses.dtype
-        if self._parallel(length, math.prod(sizes), "auto"):
+        if self._parallel(length, math.prod(sizes), "auto", _chunk_major(gx, sizes)):
             self._backward_chunked(go, a, h, h0, ga, gx, gh0, length, sizes, dtype)
         else:
             self.launch("linear_recurrence_bwd_serial", dtype, math.prod(sizes),
@@ -152,14 +162,20 @@ class KernelBackend:
             raise ValueError("strides must be whole elements")
         return [s // itemsize for s in array.strides]
 
-    def _scratch(self, chunks: int, sizes: list[int], dtype) -> Operand:
-        """A contiguous (chunks, channels) work array."""
+    def _scratch(self, chunks: int, sizes: list[int], dtype, major: bool) -> Operand:
+        """A contiguous work array, slot w of the chunked kernels' item w: (chunks,
+        channels), or (channels, chunks) when ``major`` (chunk-major items)."""
         count = math.prod(sizes)
+        if major:
+            return Operand(self.xp.empty((count, chunks), dtype),
+                           (1, *[chunks * s for s in _contiguous(sizes)]))
         return Operand(self.xp.empty((chunks, count), dtype), (count, *_contiguous(sizes)))
 
     @staticmethod
-    def _reversed(scratch: Operand) -> Operand:
-        return Operand(scratch.array[::-1], (-scratch.strides[0], *scratch.strides[1:]))
+    def _reversed(scratch: Operand, major: bool) -> Operand:
+        """The work array read backwards in time."""
+        array = scratch.array[:, ::-1] if major else scratch.array[::-1]
+        return Operand(array, (-scratch.strides[0], *scratch.strides[1:]))
 
     def _as(self, state: Operand | None, sizes: list[int], dtype) -> Operand | None:
         """A state in ``dtype`` (the accumulator), copied only if it is not already."""
@@ -172,58 +188,73 @@ class KernelBackend:
 
     # ---- the plan ------------------------------------------------------------
 
-    def _parallel(self, length: int, channels: int, method: str) -> bool:
+    def _parallel(self, length: int, channels: int, method: str, major: bool) -> bool:
         if method == "auto":
+            if major:
+                return length >= self.min_parallel_length_major
             return (length >= self.min_parallel_length
                     and channels < self.max_parallel_channels)
         return method == "parallel" and length > 1
 
-    def _chunking(self, length: int, channels: int) -> tuple[int, int]:
-        chunk = max(self.min_chunk, -(-length * channels // self.target_threads))
+    def _chunking(self, length: int, channels: int, major: bool) -> tuple[int, int]:
+        if major:
+            chunk = self.major_chunk
+        else:
+            chunk = max(self.min_chunk, -(-length * channels // self.target_threads))
         chunk = min(chunk, length)
         return chunk, -(-length // chunk)
 
     def _forward(self, a, x, h0, out, length, sizes, dtype, method) -> None:
         count = math.prod(sizes)
-        if not self._parallel(length, count, method):
+        major = _chunk_major(out, sizes)
+        if not self._parallel(length, count, method, major):
             self.launch("linear_recurrence_fwd_serial", dtype, count, *_pointers(a, x, h0, out),
                         None, length, *sizes, *_strides(a, x, h0, out))
             return
         acc = _dtypes.accumulator(dtype)
-        chunk, chunks = self._chunking(length, count)
-        products, reduced, carries = (self._scratch(chunks, sizes, acc) for _ in range(3))
+        chunk, chunks = self._chunking(length, count, major)
+        products, reduced, carries = (self._scratch(chunks, sizes, acc, major) for _ in range(3))
         flags = self.xp.zeros(count, np.int32)  # channels to re-run serially
         self.launch("linear_recurrence_fwd_reduce", dtype, count * chunks, a.array, x.array,
-                    products.array, reduced.array, flags, length, chunk, chunks, *sizes,
+                    products.array, reduced.array, flags, length, chunk, chunks, major, *sizes,
                     *_strides(a, x))
         # carries[k]: the state at the end of chunk k, by the same algorithm.
         self._forward(products, reduced, self._as(h0, sizes, acc), carries, chunks, sizes, acc,
                       "auto")
         self.launch("linear_recurrence_fwd_rescan", dtype, count * chunks, a.array, x.array,
                     _pointer(h0), carries.array, out.array, flags, length, chunk, chunks,
-                    *sizes, *_strides(a, x, h0, out))
+                    major, *sizes, *_strides(a, x, h0, out))
         self.launch("linear_recurrence_fwd_serial", dtype, count, *_pointers(a, x, h0, out),
                     flags, length, *sizes, *_strides(a, x, h0, out))
 
     def _backward_chunked(self, go, a, h, h0, ga, gx, gh0, length, sizes, dtype) -> None:
         count = math.prod(sizes)
         acc = _dtypes.accumulator(dtype)
-        chunk, chunks = self._chunking(length, count)
-        products, reduced, starts = (self._scratch(chunks, sizes, acc) for _ in range(3))
+        major = _chunk_major(gx, sizes)
+        chunk, chunks = self._chunking(length, count, major)
+        products, reduced, starts = (self._scratch(chunks, sizes, acc, major) for _ in range(3))
         flags = self.xp.zeros(count, np.int32)  # channels to re-run serially
         self.launch("linear_recurrence_bwd_reduce", dtype, count * chunks, go.array, a.array,
-                    products.array, reduced.array, flags, length, chunk, chunks, *sizes,
+                    products.array, reduced.array, flags, length, chunk, chunks, major, *sizes,
                     *_strides(go, a))
         # starts[k] = products[k] * starts[k + 1] + reduced[k]: the gradient at
         # the start of chunk k, a forward scan over the chunks read backwards.
-        self._forward(self._reversed(products), self._reversed(reduced), None,
-                      self._reversed(starts), chunks, sizes, acc, "auto")
+        self._forward(self._reversed(products, major), self._reversed(reduced, major), None,
+                      self._reversed(starts, major), chunks, sizes, acc, "auto")
         self.launch("linear_recurrence_bwd_rescan", dtype, count * chunks, go.array, a.array,
                     h.array, _pointer(h0), starts.array, ga.array, gx.array, _pointer(gh0),
-                    flags, length, chunk, chunks, *sizes, *_strides(go, a, h, h0, ga, gx, gh0))
+                    flags, length, chunk, chunks, major, *sizes,
+                    *_strides(go, a, h, h0, ga, gx, gh0))
         self.launch("linear_recurrence_bwd_serial", dtype, count,
                     *_pointers(go, a, h, h0, ga, gx, gh0), flags, length, *sizes,
                     *_strides(go, a, h, h0, ga, gx, gh0))
+
+
+def _chunk_major(written: Operand, sizes: list[int]) -> bool:
+    """Whether the chunked kernels take chunk-major items for this written operand:
+    where it steps through time faster than through any of its channels."""
+    channel = [abs(s) for s, size in zip(written.strides[1:], sizes, strict=True) if size > 1]
+    return abs(written.strides[0]) < min(channel, default=math.inf)
 
 
 def _contiguous(sizes: list[int]) -> list[int]:

@@ -13,8 +13,9 @@
 // time-contiguous and channel-contiguous layouts need no copy. Consecutive
 // threads take consecutive channels, which read coalesced when the channels are
 // contiguous in memory. The initial state is an operand without time stride; a
-// null pointer means zero. Per-chunk work arrays are contiguous
-// (chunks, count): slot k * count + c.
+// null pointer means zero. The chunked kernels' work items are (channel,
+// chunk) pairs, ordered as the layout reads best (see `owner`); their per-chunk
+// work arrays are contiguous in that same order, so item w's slot is w.
 //
 // Arithmetic. Values are loaded into the accumulator type A (float for the half
 // types), combined there, and rounded once on store. The combine step of the
@@ -181,6 +182,23 @@ __device__ __forceinline__ typename traits<S>::acc initial(const S* data, const 
 #define CUSCAN_MAKE_CHANNELS() const channels n = {n0, n1, n2, n3}
 #define CUSCAN_MAKE_STRIDES(x) const strides x##_st = {x##_t, x##_s0, x##_s1, x##_s2, x##_s3}
 
+// The (channel c, chunk k) pair that work item w of count * chunks owns, and
+// `next`, the slot distance from chunk k to chunk k + 1 of the same channel.
+// Channel-major (chunk_major == 0): consecutive items take consecutive
+// channels, slot w = k * count + c; for layouts whose channels are contiguous.
+// Chunk-major: consecutive items take consecutive chunks of one channel, slot
+// w = c * chunks + k; for layouts whose time steps are contiguous, so that a
+// warp works through one span of memory instead of 32 rows far apart.
+struct pair {
+    index_t c, k, next;
+};
+
+__device__ __forceinline__ pair owner(index_t w, index_t count, index_t chunks,
+                                      index_t chunk_major) {
+    if (chunk_major) return {w / chunks, w % chunks, 1};
+    return {w % count, w / count, count};
+}
+
 #define CUSCAN_GRID_STRIDE(w, total)                                                 \
     for (index_t w = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x; \
          w < (total); w += static_cast<index_t>(gridDim.x) * blockDim.x)
@@ -242,14 +260,14 @@ __global__ void linear_recurrence_fwd_serial(
 // linear_recurrence_fwd_reduce: phase 1 of Algorithm 1 (Martin & Cundy 2018).
 // Time is cut into `chunks` chunks of `chunk` steps (the last may be shorter).
 // One thread owns one (channel, chunk) pair and reduces it to P, the product of
-// its decays, and R, its final state from a zero start, written to the
-// (chunks, count) work arrays in the accumulator type. Sets flags[c] when P or
+// its decays, and R, its final state from a zero start, written to slot w of
+// the work arrays in the accumulator type. Sets flags[c] when P or
 // R is not finite (see "Untrusted channels").
 template <typename S>
 __global__ void linear_recurrence_fwd_reduce(
     const S* a_ptr, const S* x_ptr, typename traits<S>::acc* products,
     typename traits<S>::acc* reduced, int* flags, index_t length, index_t chunk,
-    index_t chunks, CUSCAN_CHANNELS, CUSCAN_STRIDES(a), CUSCAN_STRIDES(x)) {
+    index_t chunks, index_t chunk_major, CUSCAN_CHANNELS, CUSCAN_STRIDES(a), CUSCAN_STRIDES(x)) {
     typedef traits<S> tr;
     typedef typename tr::acc A;
     CUSCAN_MAKE_CHANNELS();
@@ -257,7 +275,7 @@ __global__ void linear_recurrence_fwd_reduce(
     CUSCAN_MAKE_STRIDES(x);
     const index_t count = n.count();
     CUSCAN_GRID_STRIDE(w, count * chunks) {
-        const index_t c = w % count, k = w / count;
+        const auto [c, k, next] = owner(w, count, chunks, chunk_major);
         const lane<const S> a = channel(a_ptr, a_st, n, c), x = channel(x_ptr, x_st, n, c);
         const index_t start = k * chunk, end = min(length, start + chunk);
         A p = tr::load(a[start]);
@@ -280,7 +298,8 @@ __global__ void linear_recurrence_fwd_reduce(
 template <typename S>
 __global__ void linear_recurrence_fwd_rescan(
     const S* a_ptr, const S* x_ptr, const S* h0_ptr, const typename traits<S>::acc* carries,
-    S* out_ptr, int* flags, index_t length, index_t chunk, index_t chunks, CUSCAN_CHANNELS,
+    S* out_ptr, int* flags, index_t length, index_t chunk, index_t chunks, index_t chunk_major,
+    CUSCAN_CHANNELS,
     CUSCAN_STRIDES(a), CUSCAN_STRIDES(x), CUSCAN_STRIDES(h0), CUSCAN_STRIDES(out)) {
     typedef typename traits<S>::acc A;
     CUSCAN_MAKE_CHANNELS();
@@ -290,9 +309,9 @@ __global__ void linear_recurrence_fwd_rescan(
     CUSCAN_MAKE_STRIDES(out);
     const index_t count = n.count();
     CUSCAN_GRID_STRIDE(w, count * chunks) {
-        const index_t c = w % count, k = w / count;
+        const auto [c, k, next] = owner(w, count, chunks, chunk_major);
         const lane<const S> a = channel(a_ptr, a_st, n, c), x = channel(x_ptr, x_st, n, c);
-        const A h = k == 0 ? initial(h0_ptr, h0_st, n, c) : carries[w - count];
+        const A h = k == 0 ? initial(h0_ptr, h0_st, n, c) : carries[w - next];
         if (k > 0 && !finite(h)) flags[c] = 1;
         forward_steps(a, x, channel(out_ptr, out_st, n, c), h, k * chunk,
                       min(length, (k + 1) * chunk));
@@ -351,8 +370,7 @@ template <typename S>
 __global__ void linear_recurrence_bwd_reduce(
     const S* go_ptr, const S* a_ptr, typename traits<S>::acc* products,
     typename traits<S>::acc* reduced, int* flags, index_t length, index_t chunk,
-    index_t chunks,
-    CUSCAN_CHANNELS, CUSCAN_STRIDES(go), CUSCAN_STRIDES(a)) {
+    index_t chunks, index_t chunk_major, CUSCAN_CHANNELS, CUSCAN_STRIDES(go), CUSCAN_STRIDES(a)) {
     typedef traits<S> tr;
     typedef typename tr::acc A;
     CUSCAN_MAKE_CHANNELS();
@@ -360,7 +378,7 @@ __global__ void linear_recurrence_bwd_reduce(
     CUSCAN_MAKE_STRIDES(a);
     const index_t count = n.count();
     CUSCAN_GRID_STRIDE(w, count * chunks) {
-        const index_t c = w % count, k = w / count;
+        const auto [c, k, next] = owner(w, count, chunks, chunk_major);
         const lane<const S> go = channel(go_ptr, go_st, n, c), a = channel(a_ptr, a_st, n, c);
         const index_t start = k * chunk, end = min(length, start + chunk);
         A p, g;
@@ -390,7 +408,7 @@ template <typename S>
 __global__ void linear_recurrence_bwd_rescan(
     const S* go_ptr, const S* a_ptr, const S* h_ptr, const S* h0_ptr,
     const typename traits<S>::acc* starts, S* ga_ptr, S* gx_ptr, S* gh0_ptr, int* flags,
-    index_t length, index_t chunk, index_t chunks, CUSCAN_CHANNELS,
+    index_t length, index_t chunk, index_t chunks, index_t chunk_major, CUSCAN_CHANNELS,
     CUSCAN_STRIDES(go), CUSCAN_STRIDES(a), CUSCAN_STRIDES(h), CUSCAN_STRIDES(h0),
     CUSCAN_STRIDES(ga), CUSCAN_STRIDES(gx), CUSCAN_STRIDES(gh0)) {
     typedef traits<S> tr;
@@ -405,16 +423,16 @@ __global__ void linear_recurrence_bwd_rescan(
     CUSCAN_MAKE_STRIDES(gh0);
     const index_t count = n.count();
     CUSCAN_GRID_STRIDE(w, count * chunks) {
-        const index_t c = w % count, k = w / count;
+        const auto [c, k, next] = owner(w, count, chunks, chunk_major);
         const lane<const S> go = channel(go_ptr, go_st, n, c), a = channel(a_ptr, a_st, n, c);
         const lane<const S> h = channel(h_ptr, h_st, n, c);
         const lane<S> ga = channel(ga_ptr, ga_st, n, c), gx = channel(gx_ptr, gx_st, n, c);
         const index_t start = k * chunk, end = min(length, start + chunk);
         A g = tr::load(go[end - 1]);
         if (end < length) {
-            const A next = starts[w + count];
-            if (!finite(next)) flags[c] = 1;
-            g = conj(tr::load(a[end])) * next + g;
+            const A after = starts[w + next];  // g[end]
+            if (!finite(after)) flags[c] = 1;
+            g = conj(tr::load(a[end])) * after + g;
         }
         const A first = k == 0 ? initial(h0_ptr, h0_st, n, c) : zero<A>();  // read at t = 0 only
         g = backward_steps(go, a, h, first, ga, gx, g, start, end - 1);

@@ -185,26 +185,29 @@ def test_underflowing_products(backend, method, dtype):
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_zero_state_through_overflowing_products(backend, method, dtype):
+@pytest.mark.parametrize("channels", [1, 3])  # three: time contiguous along axis -1
+def test_zero_state_through_overflowing_products(backend, method, dtype, channels):
     # Serially, 0 * huge stays 0; chunk products overflow to infinity, and a
     # zero carry times an infinite product must not become NaN.
     length = 6000
-    decays = np.full(length, np.sqrt(np.finfo(dtype).max), dtype)
-    impulses = np.zeros(length, dtype)
-    decays[4000:], impulses[4000:] = 0.5, 1.0
+    decays = np.full((channels, length), np.sqrt(np.finfo(dtype).max), dtype)
+    impulses = np.zeros((channels, length), dtype)
+    decays[:, 4000:], impulses[:, 4000:] = 0.5, 1.0
+    decays[1:, 100] = 0.5  # other channels overflow later
     result = backend.to_numpy(cuscan.linear_recurrence(
-        backend.asarray(decays), backend.asarray(impulses), method=method))
-    expected = reference.linear_recurrence(decays, impulses)
+        backend.asarray(decays), backend.asarray(impulses), axis=-1, method=method))
+    expected = reference.linear_recurrence(decays, impulses, axis=-1)
     assert not np.isnan(result).any()
     np.testing.assert_allclose(result, expected, rtol=1e-5)
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_nan_and_inf_propagate_as_serially(backend, method):
+@pytest.mark.parametrize("axis", [0, -1])  # channels contiguous, time contiguous
+def test_nan_and_inf_propagate_as_serially(backend, method, axis):
     length = 3000
     rng = np.random.default_rng(9)
-    decays = make(rng, (length, 6), low=0.5)
-    impulses = make(rng, (length, 6), low=-1)
+    decays = make(rng, (length, 8), low=0.5)  # channels 6 and 7 stay finite
+    impulses = make(rng, (length, 8), low=-1)
     impulses[1234, 0] = np.nan          # NaN impulse: NaN from there on
     decays[1500, 1] = np.nan            # NaN decay: likewise
     impulses[700, 2] = np.inf           # infinity decays but stays infinite
@@ -213,7 +216,9 @@ def test_nan_and_inf_propagate_as_serially(backend, method):
     decays[2000, 4] = np.inf            # infinite decay times a finite state
     impulses[10, 5] = -np.inf           # -inf then +inf: NaN
     impulses[20, 5] = np.inf
-    check(backend, decays, impulses, method=method)
+    if axis:
+        decays, impulses = decays.T.copy(), impulses.T.copy()
+    check(backend, decays, impulses, method=method, axis=axis)
 
 
 @pytest.mark.parametrize("method", METHODS)
