@@ -1,7 +1,8 @@
 """The paper's Table 1 on a CUDA GPU: parallel over serial kernel speedup.
 
 For T in {16, 256, 4096, 65536} and m in {4, 32, 128} features, batch 1,
-float32, time-major (T, m): the serial kernel (one thread per channel) and the
+float32, time-major (T, m) as in the paper, and again time-contiguous (m, T)
+along the last axis: the serial kernel (one thread per channel) and the
 chunked parallel kernels, timed with CUDA events after warm-up (median of many
 repeats), with the achieved bandwidth (bytes that must move / time) next to a
 device-to-device copy of the same bytes measured in the same run, and what
@@ -13,6 +14,7 @@ method="auto" picks. Paper (K80, T = 65536): 38.5x, 41.8x, 17.5x.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 
 import numpy as np
@@ -61,13 +63,15 @@ def run(repeats: int) -> dict:
     import cupy
 
     rows = []
-    for length in LENGTHS:
-        for features in FEATURES:
+    for layout in ("time-major", "time-contiguous"):
+        for length, features in itertools.product(LENGTHS, FEATURES):
             rng = np.random.default_rng(0)
-            decays = cupy.asarray(rng.uniform(0.5, 1.0, (length, features)).astype(np.float32))
-            impulses = cupy.asarray(rng.standard_normal((length, features)).astype(np.float32))
-            times = {m: gpu_time(cupy, lambda m=m, a=decays, x=impulses:
-                                 cuscan.linear_recurrence(a, x, method=m), repeats)
+            shape, axis = ((length, features), 0) if layout == "time-major" else (
+                (features, length), -1)
+            decays = cupy.asarray(rng.uniform(0.5, 1.0, shape).astype(np.float32))
+            impulses = cupy.asarray(rng.standard_normal(shape).astype(np.float32))
+            times = {m: gpu_time(cupy, lambda m=m, a=decays, x=impulses, axis=axis:
+                                 cuscan.linear_recurrence(a, x, axis=axis, method=m), repeats)
                      for m in ("serial", "parallel", "auto")}
             moved = 3 * decays.nbytes  # read decays and impulses, write h
             source = cupy.empty(moved // 2, np.uint8)
@@ -75,7 +79,7 @@ def run(repeats: int) -> dict:
             copy = gpu_time(cupy, lambda s=source, t=target: t.__setitem__(Ellipsis, s), repeats)
             best = min(times["serial"], times["parallel"])
             rows.append({
-                "length": length, "features": features, "dtype": "float32",
+                "layout": layout, "length": length, "features": features, "dtype": "float32",
                 **{f"{m}_s": t for m, t in times.items()},
                 "speedup": times["serial"] / times["parallel"],
                 "paper_speedup": PAPER[(length, features)],
@@ -88,11 +92,12 @@ def run(repeats: int) -> dict:
 
 
 def table(result: dict) -> str:
-    lines = ["| T | m | serial | parallel | speedup | paper (K80) | auto / best | "
-             "parallel GB/s | copy GB/s |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| layout | T | m | serial | parallel | speedup | paper (K80) | auto / best | "
+             "parallel GB/s | copy GB/s |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         lines.append(
-            f"| {r['length']} | {r['features']} | {r['serial_s'] * 1e6:.1f} us | "
+            f"| {r.get('layout', 'time-major')} | {r['length']} | {r['features']} | "
+            f"{r['serial_s'] * 1e6:.1f} us | "
             f"{r['parallel_s'] * 1e6:.1f} us | {r['speedup']:.2f}x | {r['paper_speedup']}x | "
             f"{r['auto_over_best']:.2f} | {r['parallel_GBps']:.1f} | {r['copy_GBps']:.1f} |")
     return "\n".join(lines)

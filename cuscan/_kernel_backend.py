@@ -72,12 +72,17 @@ class KernelBackend:
         that the chunks of one warp share cache lines (see ``owner`` in the
         kernels). ``method="auto"`` chunks those layouts from
         ``min_parallel_length_major`` steps on, whatever the channel count.
+
+    The defaults of the thresholds are the crossovers measured on an H100
+    (benchmarks/table1.py, both layouts; results in benchmarks/results/), where
+    a chunked call costs a few hundred microseconds of launches more than a
+    serial one.
     """
 
     def __init__(self, xp, launch: Callable[..., None], *, target_threads: int = 1 << 17,
-                 min_chunk: int = 16, min_parallel_length: int = 256,
+                 min_chunk: int = 16, min_parallel_length: int = 4096,
                  max_parallel_channels: int = 1 << 16, major_chunk: int = 8,
-                 min_parallel_length_major: int = 64):
+                 min_parallel_length_major: int = 1024):
         self.xp = xp
         self.launch = launch
         self.target_threads = target_threads

@@ -95,7 +95,7 @@ def markdown(report: dict) -> str:
     lines += ["", "## compute-sanitizer", ""]
     sanitizers = report.get("sanitizers") or {}
     lines += [f"- {tool}: {summary}" for tool, summary in sanitizers.items()] or ["not run"]
-    lines += ["", "## Table 1 (float32, batch 1, time-major)", ""]
+    lines += ["", "## Table 1 (float32, batch 1; time-major, then time-contiguous)", ""]
     table1 = report.get("table1")
     if table1 is None:
         lines.append("not run")

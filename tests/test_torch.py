@@ -43,7 +43,7 @@ def test_forward_matches_reference(device, dtype, method, reverse):
     h = cuscan.linear_recurrence(decays, impulses, state, method=method, reverse=reverse)
     assert isinstance(h, torch.Tensor)
     assert h.dtype == dtype
-    assert h.device == device
+    assert h.device == impulses.device
     as_numpy = [v.cpu().to(torch.complex128 if dtype.is_complex else torch.float64).numpy()
                 for v in (decays, impulses, state)]
     expected = reference.linear_recurrence(*as_numpy, reverse=reverse)
