@@ -76,8 +76,13 @@ def run(device: torch.device, repeats: int, quick: bool) -> dict:
         batch = events // length
         inputs = torch.randn(length, batch, inputs_size, device=device)
         lstm = torch.nn.LSTM(inputs_size, hidden, num_layers=2).to(device)
-        row = {"length": length, "batch": batch,
-               "lstm_events_per_s": events / step_time(lstm, inputs, repeats, device)}
+        row = {"length": length, "batch": batch, "lstm_events_per_s": None}
+        try:
+            row["lstm_events_per_s"] = events / step_time(lstm, inputs, repeats, device)
+        except RuntimeError as error:  # cuDNN refuses some shapes: CUDNN_STATUS_NOT_SUPPORTED
+            if "cuDNN" not in str(error):
+                raise
+            row["lstm_error"] = str(error).splitlines()[0]
         for index, (name, make) in enumerate(MODELS.items()):
             rates = {}
             for method in ("parallel", "serial"):
@@ -87,7 +92,8 @@ def run(device: torch.device, repeats: int, quick: bool) -> dict:
                          "serial_events_per_s": rates["serial"],
                          "speedup": rates["parallel"] / rates["serial"],
                          "paper_speedup": PAPER[length][index],
-                         "parallel_over_lstm": rates["parallel"] / row["lstm_events_per_s"]}
+                         "parallel_over_lstm": (rates["parallel"] / row["lstm_events_per_s"]
+                                                if row["lstm_events_per_s"] else None)}
         rows.append(row)
         print(table({"rows": [row]}).splitlines()[-1], flush=True)
     environment = {**_common.environment(), "torch": torch.__version__,
@@ -109,11 +115,15 @@ def table(result: dict) -> str:
     lines = ["| T | b | " + " | ".join(f"{n}: parallel/serial (paper) | {n}: / LSTM"
                                         for n in names) + " | LSTM events/s |",
              "|---:|---:|" + "---:|---:|" * len(names) + "---:|"]
+    def ratio(value):
+        return "-" if value is None else f"{value:.2f}x"
+
     for row in result["rows"]:
         cells = [f"{row[n]['speedup']:.2f}x ({row[n]['paper_speedup']}x) | "
-                 f"{row[n]['parallel_over_lstm']:.2f}x" for n in names]
+                 f"{ratio(row[n]['parallel_over_lstm'])}" for n in names]
+        lstm = row["lstm_events_per_s"]
         lines.append(f"| {row['length']} | {row['batch']} | " + " | ".join(cells)
-                     + f" | {row['lstm_events_per_s']:.3g} |")
+                     + (f" | {lstm:.3g} |" if lstm else " | cuDNN refused |"))
     return "\n".join(lines)
 
 

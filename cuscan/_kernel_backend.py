@@ -70,8 +70,13 @@ class KernelBackend:
     major_chunk : int
         The chunk length where time steps are contiguous in memory: short, so
         that the chunks of one warp share cache lines (see ``owner`` in the
-        kernels). ``method="auto"`` chunks those layouts from
-        ``min_parallel_length_major`` steps on, whatever the channel count.
+        kernels).
+    min_parallel_length_major, min_parallel_elements_major, always_parallel_length_major : int
+        ``method="auto"`` chunks those layouts for sequences at least
+        ``min_parallel_length_major`` long holding at least
+        ``min_parallel_elements_major`` elements in all, and for any sequence at
+        least ``always_parallel_length_major`` long: there the serial kernel's
+        cost per step grows with the channel count.
 
     The defaults of the thresholds are the crossovers measured on an H100
     (benchmarks/table1.py, both layouts; results in benchmarks/results/), where
@@ -82,7 +87,9 @@ class KernelBackend:
     def __init__(self, xp, launch: Callable[..., None], *, target_threads: int = 1 << 17,
                  min_chunk: int = 16, min_parallel_length: int = 4096,
                  max_parallel_channels: int = 1 << 16, major_chunk: int = 8,
-                 min_parallel_length_major: int = 1024):
+                 min_parallel_length_major: int = 1024,
+                 min_parallel_elements_major: int = 1 << 17,
+                 always_parallel_length_major: int = 8192):
         self.xp = xp
         self.launch = launch
         self.target_threads = target_threads
@@ -91,6 +98,8 @@ class KernelBackend:
         self.max_parallel_channels = max_parallel_channels
         self.major_chunk = major_chunk
         self.min_parallel_length_major = min_parallel_length_major
+        self.min_parallel_elements_major = min_parallel_elements_major
+        self.always_parallel_length_major = always_parallel_length_major
 
     # ---- entry points, as every backend has them --------------------------
 
@@ -196,7 +205,9 @@ class KernelBackend:
     def _parallel(self, length: int, channels: int, method: str, major: bool) -> bool:
         if method == "auto":
             if major:
-                return length >= self.min_parallel_length_major
+                return length >= self.always_parallel_length_major or (
+                    length >= self.min_parallel_length_major
+                    and length * channels >= self.min_parallel_elements_major)
             return (length >= self.min_parallel_length
                     and channels < self.max_parallel_channels)
         return method == "parallel" and length > 1

@@ -63,4 +63,5 @@ class HostKernels:
 def backend(library: ctypes.CDLL) -> KernelBackend:
     """The kernel backend on NumPy arrays, chunking even short sequences."""
     return KernelBackend(np, HostKernels(library), target_threads=64, min_chunk=3,
-                         min_parallel_length=8, major_chunk=3, min_parallel_length_major=8)
+                         min_parallel_length=8, major_chunk=3, min_parallel_length_major=8,
+                         min_parallel_elements_major=0)
