@@ -17,15 +17,13 @@ time contiguous (C, T) along axis -1, as in signal processing and
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 
 import numpy as np
 
 import cuscan
 from benchmarks._common import commit
-from benchmarks.table1 import device_description, gpu_time
+from benchmarks.table1 import command_line, device_description, gpu_time
 
 # (T, C): many channels, a balanced shape, few channels over a long time.
 SIZES = [(1024, 65536), (16384, 4096), (1 << 22, 16)]
@@ -134,16 +132,7 @@ def table(result: dict) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--json", default=None, help="write the results here as JSON")
-    args = parser.parse_args()
-    result = run(args.repeats)
-    print(f"{result['environment']['device']}, commit {result['commit']}")
-    print(table(result))
-    if args.json:
-        with open(args.json, "w") as file:
-            json.dump(result, file, indent=2)
+    command_line(__doc__.splitlines()[0], run, table, repeats=20)
 
 
 if __name__ == "__main__":

@@ -103,9 +103,10 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=50)
+def command_line(description: str, run, table, repeats: int) -> None:
+    """A GPU benchmark's command line: ``--repeats`` and ``--json``; prints ``table(run(...))``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--repeats", type=int, default=repeats)
     parser.add_argument("--json", default=None, help="write the results here as JSON")
     args = parser.parse_args()
     result = run(args.repeats)
@@ -114,6 +115,10 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as file:
             json.dump(result, file, indent=2)
+
+
+def main() -> None:
+    command_line(__doc__.splitlines()[0], run, table, repeats=50)
 
 
 if __name__ == "__main__":

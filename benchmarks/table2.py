@@ -110,17 +110,18 @@ def run(device: torch.device, repeats: int, quick: bool) -> dict:
             "rows": rows}
 
 
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
 def table(result: dict) -> str:
     names = list(MODELS)
     lines = ["| T | b | " + " | ".join(f"{n}: parallel/serial (paper) | {n}: / LSTM"
                                         for n in names) + " | LSTM events/s |",
              "|---:|---:|" + "---:|---:|" * len(names) + "---:|"]
-    def ratio(value):
-        return "-" if value is None else f"{value:.2f}x"
-
     for row in result["rows"]:
         cells = [f"{row[n]['speedup']:.2f}x ({row[n]['paper_speedup']}x) | "
-                 f"{ratio(row[n]['parallel_over_lstm'])}" for n in names]
+                 f"{_ratio(row[n]['parallel_over_lstm'])}" for n in names]
         lstm = row["lstm_events_per_s"]
         lines.append(f"| {row['length']} | {row['batch']} | " + " | ".join(cells)
                      + (f" | {lstm:.3g} |" if lstm else " | cuDNN refused |"))
