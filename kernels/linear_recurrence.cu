@@ -203,6 +203,15 @@ __device__ __forceinline__ pair owner(index_t w, index_t count, index_t chunks,
     for (index_t w = blockIdx.x * static_cast<index_t>(blockDim.x) + threadIdx.x; \
          w < (total); w += static_cast<index_t>(gridDim.x) * blockDim.x)
 
+// Steps per batch of the serial loops below. A batch's loads are all issued
+// before its first store: the compiler must assume a store may alias a later
+// load and would otherwise keep one step's loads in flight per thread, far too
+// few to cover memory latency.
+template <typename S>
+struct batch {
+    static constexpr int size = sizeof(typename traits<S>::acc) > 8 ? 4 : 8;
+};
+
 // The serial recurrence over steps [begin, end) of one channel from state h:
 // h = a[t] * h + x[t], stored at every step. Returns the last state.
 template <typename S>
@@ -210,7 +219,22 @@ __device__ __forceinline__ typename traits<S>::acc forward_steps(
     lane<const S> a, lane<const S> x, lane<S> out, typename traits<S>::acc h, index_t begin,
     index_t end) {
     typedef traits<S> tr;
-    for (index_t t = begin; t < end; ++t) {
+    constexpr int U = batch<S>::size;
+    index_t t = begin;
+    for (; t + U <= end; t += U) {
+        S as[U], xs[U];
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            as[i] = a[t + i];
+            xs[i] = x[t + i];
+        }
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            h = tr::load(as[i]) * h + tr::load(xs[i]);
+            out[t + i] = tr::store(h);
+        }
+    }
+    for (; t < end; ++t) {
         h = tr::load(a[t]) * h + tr::load(x[t]);
         out[t] = tr::store(h);
     }
@@ -219,13 +243,32 @@ __device__ __forceinline__ typename traits<S>::acc forward_steps(
 
 // The gradient over steps [start, last] of one channel, backwards from g = g[last]:
 // stores g[t] and ga[t] = conj(h[t-1]) * g[t] (h[-1] = first), then steps
-// g[t-1] = go[t-1] + conj(a[t]) * g[t]. Returns g[start].
+// g[t-1] = go[t-1] + conj(a[t]) * g[t]. Returns g[start]. Batched as
+// forward_steps: a batch of U steps t, ..., t-U+1 loads h[t-1-i], a[t-i] and
+// go[t-1-i] first, all at indices >= start >= 0 since t - U >= start.
 template <typename S>
 __device__ __forceinline__ typename traits<S>::acc backward_steps(
     lane<const S> go, lane<const S> a, lane<const S> h, typename traits<S>::acc first,
     lane<S> ga, lane<S> gx, typename traits<S>::acc g, index_t start, index_t last) {
     typedef traits<S> tr;
-    for (index_t t = last;; --t) {
+    constexpr int U = batch<S>::size;
+    index_t t = last;
+    for (; t - U >= start; t -= U) {
+        S hs[U], as[U], gos[U];
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            hs[i] = h[t - 1 - i];
+            as[i] = a[t - i];
+            gos[i] = go[t - 1 - i];
+        }
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+            gx[t - i] = tr::store(g);
+            ga[t - i] = tr::store(conj(tr::load(hs[i])) * g);
+            g = conj(tr::load(as[i])) * g + tr::load(gos[i]);
+        }
+    }
+    for (;; --t) {
         gx[t] = tr::store(g);
         ga[t] = tr::store(conj(t > 0 ? tr::load(h[t - 1]) : first) * g);
         if (t == start) return g;
