@@ -90,6 +90,15 @@ def _differentiated(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+def _plain(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` holds its data itself: of a type that overrides no operation,
+    not a meta tensor, and not wrapped by torch.func's or autograd's batching (as in
+    ``torch.autograd.grad(..., is_grads_batched=True)``)."""
+    return (type(tensor) in (torch.Tensor, torch.nn.Parameter) and not tensor.is_meta
+            and not torch._C._functorch.is_functorch_wrapped_tensor(tensor)
+            and not torch._C._functorch.is_legacy_batchedtensor(tensor))
+
+
 def _eager(*tensors) -> bool:
     """Whether a call on ``tensors`` may run the operators' code without torch's dispatcher
     (which costs as much as a small recurrence): plain tensors with data (meta tensors
@@ -97,7 +106,7 @@ def _eager(*tensors) -> bool:
     torch.compile, tracing, torch.func's transforms, Python modes and the profiler, all of
     which must see the operator."""
     return (not torch.compiler.is_compiling()
-            and all(t is None or (type(t) is torch.Tensor and not t.is_meta) for t in tensors)
+            and all(t is None or _plain(t) for t in tensors)
             and not torch._C._is_torch_function_mode_enabled()
             and _python_dispatch._get_current_dispatch_mode() is None
             and torch._C._functorch.peek_interpreter_stack() is None
@@ -254,7 +263,8 @@ def _backward_autograd(ctx, grad_output):
     # ctx.saved_tensors is read once per backward: activation checkpointing
     # (torch.utils.checkpoint) allows no more.
     decays, output, initial_state = ctx.saved_tensors
-    return _operand_gradients(ctx, decays, initial_state, _backward(
+    operator = _backward_impl if _eager(grad_output, decays, output, initial_state) else _backward
+    return _operand_gradients(ctx, decays, initial_state, operator(
         grad_output, decays, output, initial_state, ctx.axis, ctx.reverse))
 
 
@@ -331,6 +341,21 @@ class _Recurrence(torch.autograd.Function):
             grad_output, decays, output, initial_state, ctx.axis, ctx.reverse))
 
 
+class _EagerRecurrence(torch.autograd.Function):
+    """`_Recurrence` for eager calls on plain tensors (see `_eager`): the forward
+    operator's code called directly, and no ``setup_context``, whose binding of the
+    arguments costs as much as a small recurrence. torch.func's transforms and
+    forward-mode AD, which need ``setup_context``, take `_Recurrence`."""
+
+    @staticmethod
+    def forward(ctx, decays, impulses, initial_state, axis, reverse, method):
+        output = _forward_impl(decays, impulses, initial_state, axis, reverse, method)
+        _setup_context(ctx, (decays, impulses, initial_state, axis, reverse, method), output)
+        return output
+
+    backward = _Recurrence.backward
+
+
 class _DualRecurrence(_Recurrence):
     """`_Recurrence` with forward-mode AD: the tangent is the same recurrence,
     ``dh[t] = decays[t] * dh[t-1] + ddecays[t] * h[t-1] + dimpulses[t]``,
@@ -363,7 +388,12 @@ def _recurrence(decays, impulses, initial_state, axis, reverse, method) -> torch
         # (a third of the cost of a small call), and eagerly its code alone.
         operator = _forward_impl if _eager(decays, impulses, initial_state) else _forward
         return operator(decays, impulses, initial_state, axis, reverse, method)
-    function = _DualRecurrence if forward_mode else _Recurrence
+    if forward_mode:
+        function = _DualRecurrence
+    elif _eager(decays, impulses, initial_state):
+        function = _EagerRecurrence
+    else:
+        function = _Recurrence
     return function.apply(decays, impulses, initial_state, axis, reverse, method)
 
 

@@ -276,6 +276,21 @@ def test_operators_are_seen_where_they_must_be():
         cuscan.linear_recurrence(decays, impulses)
     assert "cuscan::linear_recurrence" in {event.key for event in profile.key_averages()}
 
+    # differentiated: the same, forward and backward
+    decays.requires_grad_()
+    expected_grad, = torch.autograd.grad(cuscan.linear_recurrence(decays, impulses).sum(),
+                                         decays)
+    assert "_Eager" in type(cuscan.linear_recurrence(decays, impulses).grad_fn).__name__
+    with Seen() as seen:
+        grad, = torch.autograd.grad(cuscan.linear_recurrence(decays, impulses).sum(), decays)
+    assert {"cuscan.linear_recurrence.default",
+            "cuscan.linear_recurrence_vjp.default"} <= set(seen.names)
+    torch.testing.assert_close(grad, expected_grad)
+    with torch.profiler.profile() as profile:
+        torch.autograd.grad(cuscan.linear_recurrence(decays, impulses).sum(), decays)
+    assert {"cuscan::linear_recurrence",
+            "cuscan::linear_recurrence_vjp"} <= {event.key for event in profile.key_averages()}
+
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
 @pytest.mark.parametrize("reverse", [False, True])
