@@ -67,6 +67,10 @@ class _Arrays:
     def imag(self, x):
         return x.imag
 
+    def scaled(self, x, factor: complex):
+        """Real ``x`` times a complex number, in the complex dtype of ``x``'s precision."""
+        return x * factor
+
     def isnan(self, x):
         """NaN, in either part of a complex number."""
         return self.xp.isnan(x)
@@ -271,6 +275,11 @@ class _TensorFlow(_Arrays):
 
     def real(self, x):
         return self.tf.math.real(x)
+
+    def scaled(self, x, factor: complex):
+        tf = self.tf
+        dtype = tf.complex128 if x.dtype == tf.float64 else tf.complex64
+        return tf.cast(x, dtype) * tf.constant(factor, dtype)
 
     def imag(self, x):
         return self.tf.math.imag(x)

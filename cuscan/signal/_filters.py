@@ -263,6 +263,12 @@ def _filter(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
     order = max(a.size, b.size) - 1
     length = x.shape[axis]
     x = ns.cast(x, dtype)
+    stages = _pole_stages(a)
+    if dtype.kind != "c" and order == 2 and len(stages) == 1 and len(stages[0]) == 2:
+        y = _conjugate_pair(b, a, stages[0][0], ns, x, axis, zi, dtype)
+        zf = None if zi is None else ns.cast(
+            _final_state(b, a, ns, x, y, axis, ns.cast(zi, dtype), dtype), out_dtype)
+        return ns.cast(y, out_dtype), zf
     # The numerator as a moving sum, then the initial state as impulses at the
     # first `order` steps: that is how SciPy's transposed direct form II state
     # enters the output (y[n] = sum b_k x[n-k] - sum a_k y[n-k] + zi[n]).
@@ -275,7 +281,7 @@ def _filter(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
         w = ns.add_into(w, _along(w, axis, slice(0, head)),
                         ns.cast(zi[_along(zi, axis, slice(0, head))], dtype))
     y = w
-    for stage in _pole_stages(a):
+    for stage in stages:
         if len(stage) == 2 and dtype.kind != "c":
             # A conjugate pair on a real signal in one complex recurrence:
             # 1 / ((1 - p z^-1)(1 - conj(p) z^-1)) = 2 Re(r / (1 - p z^-1)) with the
@@ -293,6 +299,35 @@ def _filter(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
     zf = None if zi is None else ns.cast(
         _final_state(b, a, ns, x, y, axis, ns.cast(zi, dtype), dtype), out_dtype)
     return ns.cast(y, out_dtype), zf
+
+
+def _conjugate_pair(b: np.ndarray, a: np.ndarray, pole: complex, ns, x, axis: int, zi,
+                    dtype: np.dtype):
+    """A real second-order filter whose poles are a conjugate pair p, conj(p), in one
+    complex recurrence straight on the signal ``x`` of ``dtype`` (no pass for the
+    numerator).
+
+    Partial fractions: ``b(z) / a(z) = k + 2 Re(r / (1 - p z^-1))`` with ``k = b2 / a2``
+    and, for the remainder ``c0 + c1 z^-1 = b(z) - k a(z)``, the residue
+    ``r = (c0 p + c1) / (p - conj(p))``; so ``y = k x + Re(v)`` for ``v`` the
+    recurrence with decay p over ``2 r x``. SciPy's zi enters ``1 / a(z)`` as impulses
+    at the first two steps (see `_filter`), with residue ``p / (p - conj(p))``, so it is
+    added to the same recurrence's impulses. ``Re(r)`` stays bounded as the pair nears the
+    real axis; ``Im(r)`` grows like ``1 / Im(p)`` but is multiplied back by ``Im(p)``
+    inside the recurrence, as in `_filter`'s form for a pair after the numerator.
+    """
+    b = np.pad(b, (0, 3 - b.size)).astype(complex)
+    k = b[2] / a[2]
+    c0, c1 = b[0] - k * a[0], b[1] - k * a[1]
+    gap = pole - pole.conjugate()
+    w = ns.scaled(x, complex(2 * (c0 * pole + c1) / gap))
+    if zi is not None:
+        head = min(2, x.shape[axis])
+        w = ns.add_into(w, _along(w, axis, slice(0, head)),
+                        ns.scaled(ns.cast(zi[_along(zi, axis, slice(0, head))], dtype),
+                                  2 * pole / gap))
+    y = ns.real(linear_recurrence(pole, w, axis=axis))
+    return y if k == 0 else y + x * k.real
 
 
 def _final_state(b, a, ns, x, y, axis, zi, dtype):
