@@ -353,7 +353,7 @@ class _EagerRecurrence(torch.autograd.Function):
         _setup_context(ctx, (decays, impulses, initial_state, axis, reverse, method), output)
         return output
 
-    backward = _Recurrence.backward
+    backward = staticmethod(_Recurrence.backward)
 
 
 class _DualRecurrence(_Recurrence):
