@@ -261,14 +261,23 @@ def _filter(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
     """One IIR filter ``b(z) / a(z)`` (normalised) along ``axis``; returns y and zf."""
     dtype, out_dtype = _dtypes(ns, x, b, a, state=zi)
     order = max(a.size, b.size) - 1
-    length = x.shape[axis]
     x = ns.cast(x, dtype)
     stages = _pole_stages(a)
     if dtype.kind != "c" and order == 2 and len(stages) == 1 and len(stages[0]) == 2:
         y = _conjugate_pair(b, a, stages[0][0], ns, x, axis, zi, dtype)
-        zf = None if zi is None else ns.cast(
-            _final_state(b, a, ns, x, y, axis, ns.cast(zi, dtype), dtype), out_dtype)
-        return ns.cast(y, out_dtype), zf
+    else:
+        y = _numerator_then_poles(b, stages, ns, x, axis, zi, dtype, order)
+    y = ns.cast(y, dtype)
+    zf = None if zi is None else ns.cast(
+        _final_state(b, a, ns, x, y, axis, ns.cast(zi, dtype), dtype), out_dtype)
+    return ns.cast(y, out_dtype), zf
+
+
+def _numerator_then_poles(b: np.ndarray, stages, ns, x, axis: int, zi, dtype: np.dtype,
+                          order: int):
+    """Any filter: its numerator as passes over ``x`` (of ``dtype``), then its pole
+    ``stages`` (`_pole_stages`) one after the other."""
+    length = x.shape[axis]
     # The numerator as a moving sum, then the initial state as impulses at the
     # first `order` steps: that is how SciPy's transposed direct form II state
     # enters the output (y[n] = sum b_k x[n-k] - sum a_k y[n-k] + zi[n]).
@@ -295,10 +304,7 @@ def _filter(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
         for pole in stage:
             y = linear_recurrence(pole if dtype.kind == "c" or pole.imag else pole.real, y,
                                   axis=axis)
-    y = ns.cast(y, dtype)
-    zf = None if zi is None else ns.cast(
-        _final_state(b, a, ns, x, y, axis, ns.cast(zi, dtype), dtype), out_dtype)
-    return ns.cast(y, out_dtype), zf
+    return y
 
 
 def _conjugate_pair(b: np.ndarray, a: np.ndarray, pole: complex, ns, x, axis: int, zi,
@@ -311,10 +317,11 @@ def _conjugate_pair(b: np.ndarray, a: np.ndarray, pole: complex, ns, x, axis: in
     and, for the remainder ``c0 + c1 z^-1 = b(z) - k a(z)``, the residue
     ``r = (c0 p + c1) / (p - conj(p))``; so ``y = k x + Re(v)`` for ``v`` the
     recurrence with decay p over ``2 r x``. SciPy's zi enters ``1 / a(z)`` as impulses
-    at the first two steps (see `_filter`), with residue ``p / (p - conj(p))``, so it is
-    added to the same recurrence's impulses. ``Re(r)`` stays bounded as the pair nears the
-    real axis; ``Im(r)`` grows like ``1 / Im(p)`` but is multiplied back by ``Im(p)``
-    inside the recurrence, as in `_filter`'s form for a pair after the numerator.
+    at the first two steps (see `_numerator_then_poles`), with residue
+    ``p / (p - conj(p))``, so it is added to the same recurrence's impulses. ``Re(r)``
+    stays bounded as the pair nears the real axis; ``Im(r)`` grows like ``1 / Im(p)``
+    but is multiplied back by ``Im(p)`` inside the recurrence, as in
+    `_numerator_then_poles`'s form for a pair.
     """
     b = np.pad(b, (0, 3 - b.size)).astype(complex)
     k = b[2] / a[2]
