@@ -153,6 +153,30 @@ def test_lfilter_repeated_poles(backend, poles):
     assert relative_error(result, expected) <= 1e-10
 
 
+@pytest.mark.parametrize("poles", [
+    [0.9] * 2, [0.3] * 2, [-0.7] * 2 + [0.2], [0.95] * 2 + [0.6 + 0.3j, 0.6 - 0.3j],
+    [0.1] * 2 + [-0.99] * 2, [0.7 + 0.2j, 0.7 - 0.2j] * 2 + [0.8] * 2,
+])
+def test_lfilter_nearly_repeated_poles(backend, poles):
+    """Multiple poles rounded into `a`: a cluster of roots a few 1e-8 apart, on the real
+    axis or just off it, which Aberth steps from np.roots' real estimates cannot reach;
+    they come from `a` divided by the other roots' factors instead."""
+    a = np.poly(poles).real
+    x = np.random.default_rng(11).standard_normal((2, 2000))
+    result = backend.to_numpy(signal.lfilter([1.0, -0.3], a, backend.asarray(x)))
+    assert relative_error(result, ss.lfilter([1.0, -0.3], a, x)) <= 1e-11
+
+
+def test_sections_with_a_double_pole(backend):
+    """Critically damped sections: a double real pole, rounded into a1 and a2."""
+    rng = np.random.default_rng(12)
+    for pole in (0.99, 0.9, 0.5, -0.3, -0.95):
+        sos = np.array([[0.5, 1.0, 0.2, *np.poly([pole, pole])], [1.0, -0.5, 0.0, 1.0, -0.8, 0.0]])
+        x = rng.standard_normal((2, 3000))
+        result = backend.to_numpy(signal.sosfilt(sos, backend.asarray(x)))
+        assert relative_error(result, ss.sosfilt(sos, x)) <= 1e-11, pole
+
+
 @pytest.mark.parametrize(("delay", "gain"), [(100, 0.999), (130, 0.99)])
 def test_lfilter_feedback_comb(backend, delay, gain):
     """``y[n] = x[n] + 2 x[n-1] + g y[n-delay]``: poles spread evenly round the circle, applied

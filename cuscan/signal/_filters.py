@@ -7,6 +7,7 @@ import functools
 import importlib
 import numbers
 import sys
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -180,41 +181,76 @@ def _roots(a: np.ndarray, iterations: int = 50) -> np.ndarray:
     unit circle. Aberth-Ehrlich iterations from there, with ``a(z)`` and
     ``a'(z)`` evaluated exactly in integer arithmetic (every coefficient and
     estimate is a binary fraction), converge to the roots of ``a`` itself.
-    Where an iteration cannot proceed (an exact root, or coinciding
-    estimates) that root keeps its last estimate. ``np.roots``' own are
-    returned above order `_MAX_POLISHED` (where exact evaluation grows slow)
-    and where the estimates for a real ``a`` lose their conjugate symmetry.
+
+    Estimates that do not converge belong to a cluster of nearly repeated
+    roots, which Aberth steps resolve slowly or, for real estimates of a pair
+    just off the real axis, not at all (real arithmetic stays real). Those
+    are the roots of the quotient of ``a`` by the converged roots' factors,
+    divided out exactly (`_deflated`): a polynomial of the cluster's small
+    degree whose coefficients, what a cascade of the roots' stages depends
+    on, are accurate. ``np.roots``' own are returned above order
+    `_MAX_POLISHED` (where exact evaluation grows slow) and where the
+    estimates for a real ``a`` lose their conjugate symmetry.
     """
     start = np.roots(a).astype(complex) if a.size > 1 else np.zeros(0, complex)
     if start.size > _MAX_POLISHED:
         return start
     coefficients = _exact(a)
     z = [complex(p) for p in start]
-    active = set(range(len(z)))
+    active, stuck = set(range(len(z))), set()
     for _ in range(iterations):
         for k in sorted(active):
             try:
                 value, slope = _horner(coefficients, z[k])
+                if value == 0:
+                    active.discard(k)  # an exact root
+                    continue
                 ratio = value / slope
                 repulsion = sum(1 / (z[k] - z[j]) for j in range(len(z)) if j != k)
                 step = ratio / (1 - ratio * repulsion)
             except (ZeroDivisionError, OverflowError):
-                active.discard(k)  # an exact root, or estimates that coincide
-                continue
+                step = complex("nan")  # a' = 0 at z[k], or estimates that coincide
             if not cmath.isfinite(step):
                 active.discard(k)
+                stuck.add(k)
                 continue
             z[k] -= step
             if abs(step) <= 2 * np.finfo(float).eps * abs(z[k]):
                 active.discard(k)
         if not active:
             break
+    stuck |= active
+    if stuck:
+        cluster = _deflated(a, [z[k] for k in range(len(z)) if k not in stuck])
+        for k, root in zip(sorted(stuck), np.roots(cluster), strict=True):
+            z[k] = complex(root)
     roots = np.array(z, dtype=complex)
     if a.dtype.kind != "c":
         tolerance = 1e-14 * max(1.0, float(np.max(np.abs(roots), initial=0.0)))
         if np.sum(roots.imag > tolerance) != np.sum(roots.imag < -tolerance):
             return start
     return roots
+
+
+def _deflated(a: np.ndarray, roots: list) -> np.ndarray:
+    """The quotient of the polynomial ``a`` by ``prod (z - root)``, computed exactly and
+    rounded once (real for a real ``a``); the remainder, small where ``roots`` are roots
+    of ``a``, is dropped.
+
+    Synthetic division from the highest power, by the roots in order of increasing
+    magnitude (forward deflation, stable for roots inside the unit circle).
+    """
+    quotient = [(Fraction(float(c.real)), Fraction(float(c.imag))) for c in a.astype(complex)]
+    for root in sorted(roots, key=abs):
+        r_re, r_im = Fraction(root.real), Fraction(root.imag)
+        q_re, q_im = quotient[0]
+        divided = [(q_re, q_im)]
+        for c_re, c_im in quotient[1:-1]:
+            q_re, q_im = c_re + r_re * q_re - r_im * q_im, c_im + r_re * q_im + r_im * q_re
+            divided.append((q_re, q_im))
+        quotient = divided
+    result = np.array([complex(float(re), float(im)) for re, im in quotient])
+    return result if a.dtype.kind == "c" else result.real
 
 
 def _horner(coefficients: tuple, z: complex) -> tuple[complex, complex]:
