@@ -446,6 +446,18 @@ def test_errors():
         signal.lfilter(["1"], [1.0], np.ones(10))
     with pytest.raises(TypeError, match="`sos` must hold numbers; got dtype object"):
         signal.sosfilt(np.array([[1, 0, 0, 1, None, 0]], dtype=object), np.ones(10))
+    if np.finfo(np.longdouble).nmant > 52:
+        for args in (([1.0], [1.0, -0.5], np.ones(4, np.longdouble)),
+                     (np.ones(2, np.longdouble), [1.0, -0.5], np.ones(4)),
+                     ([1.0], np.array([1.0, -0.5], np.clongdouble), np.ones(4))):
+            with pytest.raises(TypeError, match="which cuscan does not support"):
+                signal.lfilter(*args)
+        with pytest.raises(TypeError, match="`x` has dtype float128"):
+            signal.ema(np.ones(4, np.longdouble), 0.5)
+        with pytest.raises(TypeError, match="`zi` has dtype float128"):
+            signal.sosfilt([[1, 0, 0, 1, 0.5, 0]], np.ones(4), zi=np.zeros((1, 2), np.longdouble))
+    with pytest.raises(TypeError, match="`zi` must hold numbers; got dtype <U1"):
+        signal.lfilter([1.0], [1.0, -0.5], np.ones(4), zi=np.array(["a"]))
     # A non-finite numerator is data, as in SciPy: it reaches the output.
     np.testing.assert_array_equal(signal.lfilter([np.nan], [1.0, -0.5], np.ones(4)),
                                   np.full(4, np.nan))

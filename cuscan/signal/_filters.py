@@ -14,6 +14,7 @@ import numpy as np
 
 from cuscan import _backend
 from cuscan._api import check_given, linear_recurrence, public, time_axis
+from cuscan._dtypes import unsupported
 from cuscan.signal._arrays import _Arrays, namespace
 
 ArrayLike = Any
@@ -64,9 +65,17 @@ def _host(coefficients, name: str) -> np.ndarray:
     elif lib == "cupy":
         coefficients = coefficients.get()
     coefficients = np.asarray(coefficients)
-    if coefficients.dtype.kind not in "biufc":
-        raise TypeError(f"`{name}` must hold numbers; got dtype {coefficients.dtype}")
+    _numeric(name, coefficients.dtype.kind, coefficients.dtype.itemsize, coefficients.dtype)
     return coefficients
+
+
+def _numeric(name: str, kind: str, itemsize: int, dtype) -> None:
+    """Refuse data that is not numbers, or that is in extended precision (the filters
+    compute in double precision, and would return less than a long double holds)."""
+    if kind not in "biufc":
+        raise TypeError(f"`{name}` must hold numbers; got dtype {dtype}")
+    if itemsize > (16 if kind == "c" else 8):
+        raise unsupported(name, dtype)
 
 
 def _signal(x, axis: int, zi=None):
@@ -84,8 +93,7 @@ def _inexact(ns, value, name: str, like=None):
     float64, half precision as float32)."""
     value = ns.asarray(value, like=like)
     kind, itemsize = ns.kind(value), ns.itemsize(value)
-    if kind not in "biufc":
-        raise TypeError(f"`{name}` must hold numbers; got dtype {value.dtype}")
+    _numeric(name, kind, itemsize, value.dtype)
     if kind not in "fc" or itemsize < 4:
         value = ns.cast(value, np.float64 if kind in "biu" else np.float32)
     if None in tuple(value.shape):
@@ -416,6 +424,7 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
     if zi is None:
         return None
     zi = ns.asarray(zi, like=x)
+    _numeric("zi", ns.kind(zi), ns.itemsize(zi), zi.dtype)
     shape = tuple(zi.shape)
     expected = (*x.shape[:axis], order, *x.shape[axis + 1:])
     if sections is not None:
