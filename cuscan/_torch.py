@@ -69,13 +69,45 @@ def _stream(tensor: torch.Tensor):
 
 
 def _result_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
-    dtype = None
-    for tensor in tensors:
-        if tensor is not None and tensor.dtype != dtype:
-            dtype = tensor.dtype if dtype is None else torch.promote_types(dtype, tensor.dtype)
+    """The dtype torch's operators give ``tensors`` (`torch.result_type`'s rule: 0-d tensors
+    promote the others only from a higher category of bool, integer, float and complex),
+    float64 where that is a bool or integer type."""
+    def promoted(dtypes):
+        dtype = None
+        for other in dtypes:
+            dtype = other if dtype is None else _promote(dtype, other)
+        return dtype
+
+    dimensioned = promoted(t.dtype for t in tensors if t is not None and t.ndim)
+    dtype = _combined(dimensioned, promoted(t.dtype for t in tensors if t is not None
+                                            and not t.ndim))
     if not (dtype.is_floating_point or dtype.is_complex):
         dtype = torch.float64
     return dtype
+
+
+def _promote(first: torch.dtype, second: torch.dtype) -> torch.dtype:
+    """``torch.promote_types``, called only for two different dtypes (torch.export records each
+    call in its graph)."""
+    return first if first == second else torch.promote_types(first, second)
+
+
+def _combined(higher: torch.dtype | None, lower: torch.dtype | None) -> torch.dtype:
+    """The dtype of tensors with dimensions promoted to ``higher`` beside 0-d tensors
+    promoted to ``lower`` (c10's ``combine_categories``); complex32 becomes complex64."""
+    if higher is None or lower is None:
+        return lower if higher is None else higher
+    if higher.is_complex:
+        return higher
+    if lower.is_complex:
+        if higher.is_floating_point:
+            return _promote(higher, torch.complex64)
+        return lower
+    if higher.is_floating_point:
+        return higher
+    if higher == torch.bool or lower.is_floating_point:
+        return _promote(higher, lower)
+    return higher
 
 
 def _promoted(*tensors: torch.Tensor | None) -> list[torch.Tensor | None]:

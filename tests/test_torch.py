@@ -578,6 +578,29 @@ def test_mixed_dtypes_follow_torch_promotion(device, first, second):
     torch.library.opcheck(_torch._forward, (decays, impulses, None, 0, False, "auto"))
 
 
+@pytest.mark.parametrize(("decays", "impulses", "expected"), [
+    (torch.float64, torch.float16, torch.float16), (torch.float32, torch.bfloat16, torch.bfloat16),
+    (torch.float64, torch.int32, torch.float64), (torch.complex128, torch.float32, torch.complex64),
+    (torch.int64, torch.float16, torch.float16), (torch.complex64, torch.float64, torch.complex128),
+])
+def test_zero_dim_tensors_promote_as_in_torch(device, decays, impulses, expected):
+    """A 0-d tensor (a decay made with torch.tensor(0.9), say) changes the dtype of tensors
+    with dimensions only from a lower category, as in torch's operators: the result is what
+    ``decays * h + impulses`` gives, and each gradient has its input's dtype."""
+    decay = torch.tensor(1, dtype=decays, device=device)
+    if decays.is_floating_point or decays.is_complex:
+        decay = (decay * 0.5).requires_grad_()
+    x = torch.arange(6, device=device).reshape(3, 2).to(impulses)
+    assert torch.result_type(decay, x) == expected
+    h = cuscan.linear_recurrence(decay, x, decay.detach().abs().to(decays))
+    assert h.dtype == expected
+    assert cuscan.linear_recurrence(decay, x, x[0].to(decays)).dtype == torch.promote_types(
+        expected, decays)  # an initial state with dimensions promotes as usual
+    if decay.requires_grad:
+        h.real.sum().backward()
+        assert decay.grad.dtype == decays
+
+
 def test_mixing_torch_and_numpy_is_rejected():
     with pytest.raises(TypeError, match="one library"):
         cuscan.linear_recurrence(torch.ones(3), np.ones(3))
