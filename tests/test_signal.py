@@ -1031,6 +1031,14 @@ def test_framework_zero_phase(framework):
             step[at] = 1.0
             exact[at] = np.sum(ss.filtfilt(b, a, step, method="gust", irlen=irlen) * weights)
         np.testing.assert_allclose(grad, exact, rtol=1e-9, atol=1e-12)
+    z = x + 1j * weights  # a complex signal through the real filter
+    for irlen in (None, 8):
+        y = signal.filtfilt(b, a, framework.tensor(z), method="gust", irlen=irlen)
+        expected = ss.filtfilt(b, a, z, method="gust", irlen=irlen)
+        assert relative_error(framework.array(y), expected) < 1e-10
+    y = signal.sosfiltfilt(sos, framework.tensor(z.astype(np.complex64)))
+    assert framework.array(y).dtype == np.complex64
+    assert relative_error(framework.array(y), ss.sosfiltfilt(sos, z)) < 1e-6
 
 
 def test_framework_lfiltic(framework):

@@ -1018,6 +1018,8 @@ def _gustafsson(b: np.ndarray, a: np.ndarray, ns, x, axis: int, irlen: int | Non
         irlen = _response_length(b, a, length)
     span = length if length <= 2 * irlen else irlen
     fit, effect = _gustafsson_operators(b, a, span, whole=span == length)
+    if ns.kind(x) == "c":  # a complex signal through a real filter: torch and TF mix no dtypes
+        fit, effect = fit.astype(complex), effect.astype(complex)
     y = backward(forward(x))  # from zero states
     mismatch = forward(backward(x)) - y
     if span == length:
