@@ -455,7 +455,7 @@ def _as_tensors(names: tuple[str, ...], *values) -> list[torch.Tensor | None]:
             raise _dtypes.unsupported(name, value.dtype)
     dtype = _result_dtype(*tensors)
     if any(isinstance(v, complex) for v in values):
-        dtype = torch.promote_types(dtype, torch.complex64)
+        dtype = _promote(dtype, torch.complex64)
     device = _device(names, values)
     if _distributed(*tensors):
         _register_sharding()
