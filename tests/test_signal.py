@@ -678,6 +678,7 @@ GUST_FILTERS = [
     ([3.0], [2.0]),                             # a pure gain
     ([1.0, 2.0, 3.0, 4.0], [1.0, -0.5]),        # b longer than a
     ss.cheby1(4, 1, 0.05),                      # slow decay: the fit spans the signal
+    ss.butter(6, 0.2),                          # more states than samples or than irlen
 ]
 
 
@@ -696,8 +697,8 @@ def test_filtfilt_gust_matches_scipy(backend, b, a):
     """Lengths from 1 (fewer samples than states) up, with the whole signal fitted and
     with the impulse response cut at irlen (fitted at both ends, or whole when short)."""
     rng = np.random.default_rng(24)
-    for length, irlen in [(1, None), (2, None), (7, None), (257, None), (257, 1), (257, 20),
-                          (257, 128), (257, 129), (1000, 300)]:
+    for length, irlen in [(1, None), (2, None), (3, None), (7, None), (257, None), (257, 1),
+                          (257, 3), (257, 20), (257, 128), (257, 129), (1000, 300)]:
         for dtype in (np.float64, np.float32):
             x = rng.standard_normal((2, length)).astype(dtype)
             expected = ss.filtfilt(b, a, x.astype(np.float64), method="gust", irlen=irlen)

@@ -1075,7 +1075,7 @@ def _gustafsson_operators(b: np.ndarray, a: np.ndarray, span: int, whole: bool):
     dtype = response.dtype
     unit = np.zeros((span, order), dtype)  # the k-th state's output is the first's, k later
     for k in range(order):
-        unit[k:, k] = response[:span - k]
+        unit[k:, k] = response[:max(span - k, 0)]
     again = _filter(b, a, _Arrays(np), np.ascontiguousarray(unit[::-1].T), 1, None)[0].T
 
     def columns(first, second):
