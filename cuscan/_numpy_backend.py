@@ -21,6 +21,8 @@ xp = np
 # the serial loop's fewer passes over memory win.
 _MAX_PARALLEL_WIDTH = 1024
 _MIN_PARALLEL_LENGTH = 48
+# The chunked scan's target vector length, in elements (see _chunk_length).
+_STEP_ELEMENTS = 4096
 # The chunked scan works on contiguous copies when a time step holds at most
 # this many bytes (measured by benchmarks/numpy_methods.py).
 _MAX_STRIDED_ROW = 128
@@ -154,10 +156,13 @@ def _serial(a, x, h, out) -> None:
         h = out[t]
 
 
-def _chunk_length(length: int) -> int:
-    # Two passes of L Python-level steps each, plus the carry scan over T / L
-    # chunks (itself chunked): L near sqrt(T) balances them.
-    return max(2, math.isqrt(length))
+def _chunk_length(length: int, width: int) -> int:
+    # Each of the two passes takes L Python-level steps, each over one position of
+    # every chunk: width * T / L elements. The fewest steps whose vectors stay
+    # near _STEP_ELEMENTS (in a core's cache, and long against the per-step cost),
+    # with the T / L chunk carries scanned by the same algorithm; at least 4 and at
+    # most sqrt(T). Measured by benchmarks/numpy_chunks.py against L = sqrt(T).
+    return max(4, min(math.isqrt(length), -(-length * width // _STEP_ELEMENTS)))
 
 
 def _parallel(a, x, h0, out) -> None:
@@ -178,7 +183,7 @@ def _parallel(a, x, h0, out) -> None:
     values propagate exactly as in the serial recurrence.
     """
     length = a.shape[0]
-    chunk = _chunk_length(length)
+    chunk = _chunk_length(length, math.prod(out.shape[1:]))
     count = length // chunk
     body = count * chunk
     shape = (count, chunk, *a.shape[1:])
@@ -193,8 +198,8 @@ def _parallel(a, x, h0, out) -> None:
         # (Decays broadcast along time, stride 0, stay views.)
         if ac.strides[0] != 0:
             ac = np.ascontiguousarray(ac)
-        xc = np.ascontiguousarray(xc)
-    target = xc if compact else oc  # the copy is overwritten with the outputs
+        xc = xc.copy(order="C")  # always a copy (one chunk is contiguous already): it is
+    target = xc if compact else oc  # overwritten with the outputs
 
     reduced = np.zeros((count, *out.shape[1:]), out.dtype)
     for j in range(chunk):
