@@ -3,8 +3,10 @@
 The chunked scan takes two passes of L Python-level steps, each over one position
 of every chunk, and scans the chunks' carries by the same algorithm. With
 L = sqrt(T) (the rule before), a sequence of 10^4 steps took 200 steps whose
-vectors held 100 elements: Python's per-step cost dominated. The rule now takes
-the fewest steps whose vectors hold about 4,096 elements. Times both, alternated
+vectors held 100 elements: Python's per-step cost dominated. Below 2^19 elements
+in all, the rule now takes the fewest steps whose vectors hold about 4,096
+elements (larger arrays keep sqrt(T), so their rows show the noise of the
+measurement: both sides run the same chunks). Times both, alternated
 in one process (so a loaded machine slows both alike), with time-invariant and
 time-varying decays, over lengths, widths and dtypes, and prints rule / sqrt;
 writes results/numpy_chunks.json.

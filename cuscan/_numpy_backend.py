@@ -21,8 +21,10 @@ xp = np
 # the serial loop's fewer passes over memory win.
 _MAX_PARALLEL_WIDTH = 1024
 _MIN_PARALLEL_LENGTH = 48
-# The chunked scan's target vector length, in elements (see _chunk_length).
+# The chunked scan's vector length, in elements, for arrays of fewer elements
+# than _STEP_ELEMENTS_UP_TO (see _chunk_length).
 _STEP_ELEMENTS = 4096
+_STEP_ELEMENTS_UP_TO = 2**19
 # The chunked scan works on contiguous copies when a time step holds at most
 # this many bytes (measured by benchmarks/numpy_methods.py).
 _MAX_STRIDED_ROW = 128
@@ -158,10 +160,14 @@ def _serial(a, x, h, out) -> None:
 
 def _chunk_length(length: int, width: int) -> int:
     # Each of the two passes takes L Python-level steps, each over one position of
-    # every chunk: width * T / L elements. The fewest steps whose vectors stay
-    # near _STEP_ELEMENTS (in a core's cache, and long against the per-step cost),
-    # with the T / L chunk carries scanned by the same algorithm; at least 4 and at
-    # most sqrt(T). Measured by benchmarks/numpy_chunks.py against L = sqrt(T).
+    # every chunk: width * T / L elements; the T / L chunk carries are scanned by
+    # the same algorithm. Below _STEP_ELEMENTS_UP_TO elements in all, the fewest
+    # steps whose vectors hold about _STEP_ELEMENTS (at least 4 steps, at most
+    # sqrt(T)): there Python's per-step cost dominates, and this took 0.3 to 0.95
+    # of the time of L = sqrt(T). Larger arrays keep sqrt(T): there neither rule
+    # was consistently faster on a loaded 2-core machine (benchmarks/numpy_chunks.py).
+    if length * width >= _STEP_ELEMENTS_UP_TO:
+        return math.isqrt(length)
     return max(4, min(math.isqrt(length), -(-length * width // _STEP_ELEMENTS)))
 
 
