@@ -5,8 +5,8 @@ of every chunk, and scans the chunks' carries by the same algorithm. With
 L = sqrt(T) (the rule before), a sequence of 10^4 steps took 200 steps whose
 vectors held 100 elements: Python's per-step cost dominated. Below 2^19 elements
 in all, the rule now takes the fewest steps whose vectors hold about 4,096
-elements (larger arrays keep sqrt(T), so their rows show the noise of the
-measurement: both sides run the same chunks). Times both, alternated
+elements; larger arrays keep sqrt(T), and only their chunks' carries, scanned
+by the same algorithm, are cut differently. Times both, alternated
 in one process (so a loaded machine slows both alike), with time-invariant and
 time-varying decays, over lengths, widths and dtypes, and prints rule / sqrt;
 writes results/numpy_chunks.json.
