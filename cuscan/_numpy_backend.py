@@ -204,8 +204,10 @@ def _parallel(a, x, h0, out) -> None:
         # (Decays broadcast along time, stride 0, stay views.)
         if ac.strides[0] != 0:
             ac = np.ascontiguousarray(ac)
-        xc = xc.copy(order="C")  # always a copy (one chunk is contiguous already): it is
-    target = xc if compact else oc  # overwritten with the outputs
+        # A copy even where the view is contiguous (a single chunk): the outputs
+        # overwrite it.
+        xc = xc.copy(order="C")
+    target = xc if compact else oc
 
     reduced = np.zeros((count, *out.shape[1:]), out.dtype)
     for j in range(chunk):
