@@ -1074,8 +1074,8 @@ def _gustafsson_operators(b: np.ndarray, a: np.ndarray, span: int, whole: bool):
     response = _state_response(b, a, span)
     dtype = response.dtype
     unit = np.zeros((span, order), dtype)  # the k-th state's output is the first's, k later
-    for k in range(order):
-        unit[k:, k] = response[:max(span - k, 0)]
+    for k in range(min(order, span)):  # states past the span reach none of it
+        unit[k:, k] = response[:span - k]
     again = _filter(b, a, _Arrays(np), np.ascontiguousarray(unit[::-1].T), 1, None)[0].T
 
     def columns(first, second):
