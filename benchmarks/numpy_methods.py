@@ -1,8 +1,8 @@
 """Serial against parallel on the NumPy backend: where "auto" should switch.
 
-Times both methods on (T, width) float64 arrays over a grid and prints the
-parallel/serial time ratio; cuscan._numpy_backend's "auto" rule is drawn from
-it. Then times the parallel method's two layouts (contiguous copies, or
+Times both methods on (T, width) arrays of each dtype over a grid and prints
+the serial/parallel time ratio; cuscan._numpy_backend's "auto" rule is drawn
+from it. Then times the parallel method's two layouts (contiguous copies, or
 strided views of the arrays) over widths, for float64 and complex128, which
 sets its _MAX_STRIDED_ROW; and time-contiguous operands, (C, T) along axis -1,
 scanned in time-major copies or as they are, which sets the rule of its
@@ -19,13 +19,52 @@ import cuscan
 from benchmarks._common import best_time, environment, write
 from cuscan import _numpy_backend
 
-LENGTHS = [16, 32, 64, 128, 1024, 8192, 65536]
-WIDTHS = [1, 16, 64, 256, 512, 1024, 2048, 8192]
+CROSSOVER_DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+LENGTHS = [32, 48, 64, 96, 128, 192, 256, 1024, 4096, 16384]
+WIDTHS = [1, 16, 64, 128, 192, 256, 384, 512, 768, 1024, 2048]
 SCATTERED_CHANNELS = [2, 8, 16, 32, 128, 512, 1000, 2048]
 SCATTERED_LENGTHS = [64, 256, 1000, 4096, 10000, 65536, 100000, 2**20]
 LAYOUT_SHAPES = [(1024, 1), (65536, 1), (2**22, 1), (1024, 4), (65536, 4), (1024, 16),
                  (65536, 16), (2**20, 16), (1024, 32), (65536, 32), (1024, 64), (65536, 64),
                  (8192, 256), (65536, 256), (4096, 1024)]
+
+
+def crossovers(rng) -> list[dict]:
+    """Serial and parallel times over (T, width), alternated in rounds, for each dtype."""
+    rows = []
+    for dtype in CROSSOVER_DTYPES:
+        print(f"\n{np.dtype(dtype).name}: serial / parallel time; > 1 means parallel is faster;"
+              " * marks auto's choice of parallel")
+        print(f"{'T':>7} " + " ".join(f"{w:>6}" for w in WIDTHS))
+        for length in LENGTHS:
+            cells = []
+            for width in WIDTHS:
+                if length * width > 2**22:
+                    cells.append(f"{'':>6}")
+                    continue
+                x = rng.standard_normal((length, width)).astype(dtype)
+                a = rng.uniform(0, 1, (length, width)).astype(dtype)
+                if np.iscomplexobj(x):
+                    x += 1j * rng.standard_normal((length, width))
+                    a *= np.exp(1j * rng.uniform(0, 2 * np.pi, (length, width)))
+                calls = max(3, min(50, 200_000 // (length * width)))
+                times = {"serial": np.inf, "parallel": np.inf}
+                for _ in range(3):  # alternated, so that a drifting machine slows both alike
+                    for method in times:
+                        times[method] = min(times[method], best_time(
+                            lambda m=method, a=a, x=x: cuscan.linear_recurrence(a, x, method=m),
+                            calls))
+                chosen = _numpy_backend._parallel_wins(length, x)
+                rows.append({"length": length, "width": width, "dtype": np.dtype(dtype).name,
+                             "chosen": "parallel" if chosen else "serial",
+                             **{f"{m}_s": t for m, t in times.items()}})
+                cells.append(f"{times['serial'] / times['parallel']:5.2f}{'*' if chosen else ' '}")
+            print(f"{length:>7} " + " ".join(cells), flush=True)
+    worst = max(rows, key=lambda r: r[f"{r['chosen']}_s"] / min(r["serial_s"], r["parallel_s"]))
+    loss = worst[f"{worst['chosen']}_s"] / min(worst["serial_s"], worst["parallel_s"])
+    print(f"auto's worst choice: {loss:.2f}x the better method's time at T = {worst['length']},"
+          f" width {worst['width']}, {worst['dtype']}")
+    return rows
 
 
 def layouts(rng) -> list[dict]:
@@ -93,29 +132,10 @@ def scattered(rng) -> list[dict]:
 
 def main() -> None:
     rng = np.random.default_rng(0)
-    rows = []
-    print("parallel / serial time; < 1 means parallel is faster; * marks auto's choice of parallel")
-    print(f"{'T':>7} " + " ".join(f"{w:>7}" for w in WIDTHS))
-    for length in LENGTHS:
-        cells = []
-        for width in WIDTHS:
-            if length * width > 2**24:
-                cells.append(f"{'':>7}")
-                continue
-            x = rng.standard_normal((length, width))
-            a = rng.uniform(0, 1, (length, width))
-            times = {m: best_time(lambda m=m, a=a, x=x: cuscan.linear_recurrence(a, x, method=m), 3)
-                     for m in ("serial", "parallel", "auto")}
-            ratio = times["parallel"] / times["serial"]
-            auto_parallel = abs(times["auto"] - times["parallel"]) < abs(
-                times["auto"] - times["serial"])
-            rows.append({"length": length, "width": width, **{f"{m}_s": t for m, t in
-                                                               times.items()}})
-            cells.append(f"{ratio:6.2f}{'*' if auto_parallel else ' '}")
-        print(f"{length:>7} " + " ".join(cells))
+    rows = crossovers(rng)
     layout_rows = layouts(rng)
     scattered_rows = scattered(rng)
-    path = write("numpy_methods", {"environment": environment(), "rows": rows,
+    path = write("numpy_methods", {"environment": environment(), "crossovers": rows,
                                    "layouts": layout_rows, "scattered": scattered_rows})
     print(f"wrote {path}")
 

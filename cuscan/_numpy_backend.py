@@ -14,13 +14,19 @@ from cuscan import _dtypes
 
 xp = np
 
-# "auto" runs the chunked scan when a time step holds fewer elements than
-# this and the sequence is at least this long, and at least twice as long as a
-# step is wide. Measured on (T, width) float64 arrays by benchmarks/numpy_methods.py:
-# below it each step's Python overhead dominates and chunking wins; above it
-# the serial loop's fewer passes over memory win.
-_MAX_PARALLEL_WIDTH = 1024
+# "auto" runs the chunked scan when a time step holds at most _MAX_PARALLEL_ROW
+# bytes and the sequence has at least _MIN_PARALLEL_LENGTH steps and one step per
+# _ROW_BYTES_PER_STEP bytes of a step, or when steps of up to _MAX_LONG_PARALLEL_ROW
+# bytes run for at least _MIN_LONG_PARALLEL_LENGTH steps. Measured on (T, width)
+# arrays of float32, float64, complex64 and complex128 by
+# benchmarks/numpy_methods.py: the crossover follows a step's bytes, whatever the
+# dtype. Narrow steps cost the serial loop mostly Python overhead, which chunking
+# saves; wide ones it streams through in fewer passes over memory.
+_MAX_PARALLEL_ROW = 3072
 _MIN_PARALLEL_LENGTH = 48
+_ROW_BYTES_PER_STEP = 16
+_MAX_LONG_PARALLEL_ROW = 4096
+_MIN_LONG_PARALLEL_LENGTH = 1024
 # The chunked scan's vector length, in elements, for arrays of fewer elements
 # than _STEP_ELEMENTS_UP_TO (see _chunk_length).
 _STEP_ELEMENTS = 4096
@@ -142,13 +148,18 @@ def scan(a, x, h0, out, method: str) -> None:
     """Fill ``out`` (T, ...) with the recurrence, starting from ``h0``."""
     length = a.shape[0]
     if method == "auto":
-        width = math.prod(out.shape[1:])
-        wins = width < _MAX_PARALLEL_WIDTH and length >= max(_MIN_PARALLEL_LENGTH, 2 * width)
-        method = "parallel" if wins else "serial"
+        method = "parallel" if _parallel_wins(length, out) else "serial"
     if method == "serial" or length < 4:
         _serial(a, x, h0, out)
     else:
         _parallel(a, x, h0, out)
+
+
+def _parallel_wins(length: int, out) -> bool:
+    row = math.prod(out.shape[1:]) * out.itemsize
+    if row <= _MAX_PARALLEL_ROW:
+        return length >= max(_MIN_PARALLEL_LENGTH, row // _ROW_BYTES_PER_STEP)
+    return row <= _MAX_LONG_PARALLEL_ROW and length >= _MIN_LONG_PARALLEL_LENGTH
 
 
 def _serial(a, x, h, out) -> None:
