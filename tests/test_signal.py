@@ -753,6 +753,59 @@ def test_zero_phase_any_axis_and_complex(backend, axis):
         assert relative_error(result, expected) <= (1e-6 if "64" in name else 1e-10), name
 
 
+@pytest.mark.parametrize(("shape", "axis"), [((12, 300), -1), ((2, 9, 301), 2),
+                                           ((257, 20, 3), 0), ((5, 300), 1)])
+def test_time_contiguous_layouts(backend, shape, axis):
+    """Long time-contiguous signals, which the NumPy backend filters in a time-major copy
+    (each filter copying once each way), and layouts it filters as they are: results,
+    states and errors as SciPy's, in the caller's layout."""
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal(shape)
+    if len(shape) == 3:
+        x = x + 1j * rng.standard_normal(shape)
+    sos = ss.cheby1(6, 0.5, 0.1, output="sos")
+    b, a = ss.ellip(3, 1, 40, 0.2)
+    state = list(shape)
+    state[axis] = 3
+    zi = rng.standard_normal(state)
+    sos_zi = rng.standard_normal((3, *state[:axis % x.ndim], 2, *state[axis % x.ndim + 1:]))
+    cases = [
+        ("lfilter", signal.lfilter(b, a, backend.asarray(x), axis=axis, zi=backend.asarray(zi)),
+         ss.lfilter(b, a, x, axis=axis, zi=zi)),
+        ("sosfilt", signal.sosfilt(sos, backend.asarray(x), axis=axis,
+                                   zi=backend.asarray(sos_zi)),
+         ss.sosfilt(sos, x, axis=axis, zi=sos_zi)),
+        ("filtfilt", (signal.filtfilt(b, a, backend.asarray(x), axis=axis),),
+         (ss.filtfilt(b, a, x, axis=axis),)),
+        ("gust", (signal.filtfilt(b, a, backend.asarray(x), axis=axis, method="gust",
+                                  irlen=40),),
+         (ss.filtfilt(b, a, x, axis=axis, method="gust", irlen=40),)),
+        ("sosfiltfilt", (signal.sosfiltfilt(sos, backend.asarray(x), axis=axis),),
+         (ss.sosfiltfilt(sos, x, axis=axis),))]
+    for name, results, expected in cases:
+        for result, want in zip(results, expected, strict=True):
+            result = backend.to_numpy(result)
+            assert result.shape == want.shape, name
+            assert relative_error(result, want) <= BOUND[np.float64], name
+    length = shape[axis]
+    with pytest.raises(ValueError, match=f"longer along axis {axis % x.ndim} than the padding, "
+                                         f"{length} samples; got {length}"):
+        signal.sosfiltfilt(sos, backend.asarray(x), axis=axis, padlen=length)
+
+
+def test_time_major_copies_where_the_numpy_backend_would():
+    """The layouts test_time_contiguous_layouts covers: copied once, or filtered as they are."""
+    from cuscan.signal._arrays import _Arrays
+
+    arrays, x = _Arrays(np), np.ones((12, 300))
+    moved = arrays.time_major(x, 1)
+    assert moved.shape == (300, 12) and moved.flags.c_contiguous
+    assert arrays.time_major(np.ones((2, 9, 301)), 2) is not None
+    assert arrays.time_major(np.ones((257, 20, 3)), 0) is None  # time is already first
+    assert arrays.time_major(np.ones((5, 300)), 1) is None  # rows of 80 bytes: as they are
+    assert arrays.time_major(np.ones((12, 255)), 1) is None  # too short to pay for copies
+
+
 def test_zero_phase_errors(backend):
     sos = ss.butter(4, 0.1, output="sos")  # 2 sections: SciPy's padding is 15 samples
     x = backend.asarray(np.ones((2, 15)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cuscan import _backend
+from cuscan import _backend, _numpy_backend
 
 
 def namespace(operands: dict[str, object]):
@@ -33,6 +33,8 @@ def namespace(operands: dict[str, object]):
 
 class _Arrays:
     """NumPy and CuPy: mutable arrays, updated in place where that saves memory."""
+
+    xp = None  # the array module, for NumPy and CuPy (and JAX's jax.numpy)
 
     def __init__(self, xp, view=None):
         self.xp = xp
@@ -60,6 +62,20 @@ class _Arrays:
     def add_into(self, w, key, value):
         w[key] += value
         return w
+
+    def time_major(self, x, axis: int):
+        """``x`` with its time ``axis`` moved first, in a contiguous copy, where the NumPy
+        backend would otherwise copy each recurrence's operands into that layout and its
+        output back (a time-contiguous layout, as ``(C, T)`` along axis -1; see
+        ``_numpy_backend._scattered``): then one copy each way serves a whole filter.
+        None where ``x`` is to be filtered as it is."""
+        if self.xp is not np or axis == 0:
+            return None
+        moved = np.moveaxis(x, axis, 0)
+        # The recurrences of a real signal's conjugate pole pairs are complex.
+        if not _numpy_backend._scattered(moved, np.complex128):
+            return None
+        return np.ascontiguousarray(moved)
 
     def real(self, x):
         return x.real

@@ -294,6 +294,26 @@ def _exact(a: np.ndarray) -> tuple:
                  for pair in ratios), shift
 
 
+def _time_major(ns, x, axis: int):
+    """``x`` and its time axis, moved first where ``ns.time_major`` says so; with functions
+    that move a state laid out like ``x`` (after ``lead`` leading axes) alike, and that put
+    a result or state back in ``x``'s layout."""
+    moved = ns.time_major(x, axis)
+    if moved is None:
+        def same(v, lead=0):
+            return v
+
+        return x, axis, same, same
+
+    def inward(v, lead=0):
+        return np.moveaxis(v, lead + axis, lead)
+
+    def outward(v, lead=0):
+        return np.ascontiguousarray(np.moveaxis(v, lead, lead + axis))
+
+    return moved, 0, inward, outward
+
+
 def _along(x, axis: int, index) -> tuple:
     """An indexing tuple selecting ``index`` along ``axis``."""
     key = [slice(None)] * x.ndim
@@ -498,8 +518,9 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     ns, x, axis = _signal(x, axis, zi)
     order = max(a.size, b.size) - 1
     zi = _state(ns, zi, x, axis, order)
-    y, zf = _filter(b, a, ns, x, axis, zi)
-    return y if zf is None else (y, zf)
+    x, time, inward, outward = _time_major(ns, x, axis)
+    y, zf = _filter(b, a, ns, x, time, None if zi is None else inward(zi))
+    return outward(y) if zf is None else (outward(y), outward(zf))
 
 
 def _sections(sos) -> np.ndarray:
@@ -563,8 +584,10 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     ns, x, axis = _signal(x, axis, zi)
     zi = _state(ns, zi, x, axis, 2, sections=sos.shape[0])
     work, out = _dtypes(ns, x, sos, state=zi)
-    y, zf = _cascade(sos, ns, ns.cast(x, work), axis, zi)
-    return ns.cast(y, out) if zi is None else (ns.cast(y, out), ns.cast(zf, out))
+    x, time, inward, outward = _time_major(ns, ns.cast(x, work), axis)
+    y, zf = _cascade(sos, ns, x, time, None if zi is None else inward(zi, lead=1))
+    y = outward(ns.cast(y, out))
+    return y if zi is None else (y, outward(ns.cast(zf, out), lead=1))
 
 
 def _cascade(sos: np.ndarray, ns, x, axis: int, zi):
@@ -704,8 +727,8 @@ def _length(name: str, value, minimum: int) -> int:
     return int(value)
 
 
-def _padded(ns, x, axis: int, padtype, padlen, taps: int):
-    """``x`` extended at both ends as SciPy's filtfilt does, and the extension's length."""
+def _edge(x, axis: int, padtype, padlen, taps: int) -> int:
+    """How far SciPy's filtfilt extends ``x`` at each end, checked against its length."""
     if padtype not in ("odd", "even", "constant", None):
         raise ValueError(f"`padtype` must be 'odd', 'even', 'constant' or None; got {padtype!r}")
     if padtype is None:
@@ -722,8 +745,14 @@ def _padded(ns, x, axis: int, padtype, padlen, taps: int):
         raise ValueError(f"`x` must be longer along axis {axis} than the padding, {edge} "
                          f"samples{why}; got {length} (pass a smaller `padlen`, or "
                          f"padtype=None)")
+    return edge
+
+
+def _padded(ns, x, axis: int, padtype, edge: int):
+    """``x`` extended by ``edge`` samples at both ends as SciPy's filtfilt does."""
     if edge == 0:
-        return x, 0
+        return x
+    length = x.shape[axis]
     first = x[_along(x, axis, slice(0, 1))]
     last = x[_along(x, axis, slice(length - 1, length))]
     if padtype == "constant":
@@ -734,20 +763,19 @@ def _padded(ns, x, axis: int, padtype, padlen, taps: int):
         after = ns.flip(x[_along(x, axis, slice(length - 1 - edge, length - 1))], axis)
         if padtype == "odd":  # and negated about the end's value
             before, after = 2 * first - before, 2 * last - after
-    return ns.concat([before, x, after], axis), edge
+    return ns.concat([before, x, after], axis)
 
 
-def _forward_backward(run, steady: np.ndarray, ns, x, axis: int, padtype, padlen, taps: int,
+def _forward_backward(run, steady: np.ndarray, ns, x, axis: int, padtype, edge: int,
                       work: np.dtype):
-    """SciPy's zero-phase scheme: pad, filter forward from the steady state of the first
-    sample, filter the result backward from the steady state of its last, and cut the
-    padding off. ``run(x, zi)`` filters forward in ``work`` precision and returns
-    ``(y, zf)``."""
+    """SciPy's zero-phase scheme: pad by ``edge`` samples (`_edge`), filter forward from the
+    steady state of the first sample, filter the result backward from the steady state of
+    its last, and cut the padding off. ``x`` is in ``work`` precision, in which ``run(x, zi)``
+    filters forward and returns ``(y, zf)``."""
     shape = [1] * x.ndim
     shape[axis] = steady.shape[-1]
     steady = ns.cast(ns.asarray(steady.reshape(*steady.shape[:-1], *shape), like=x), work)
-    x = ns.cast(x, work)
-    x, edge = _padded(ns, x, axis, padtype, padlen, taps)
+    x = _padded(ns, x, axis, padtype, edge)
     length = x.shape[axis]
     y, _ = run(x, steady * x[_along(x, axis, slice(0, 1))])
     y = ns.flip(y, axis)
@@ -988,15 +1016,17 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     b, a = _normalized(b, a)
     ns, x, axis = _signal(x, axis)
     work, out = _dtypes(ns, x, b, a)
+    if method == "pad":
+        edge = _edge(x, axis, padtype, padlen, max(a.size, b.size))
+    x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis)
     if method == "gust":
-        return ns.cast(_gustafsson(b, a, ns, ns.cast(x, work), axis, irlen), out)
+        return outward(ns.cast(_gustafsson(b, a, ns, x, axis, irlen), out))
 
     def run(x, zi):
         return _filter(b, a, ns, x, axis, zi)
 
-    y = _forward_backward(run, lfilter_zi(b, a), ns, x, axis, padtype, padlen,
-                          max(a.size, b.size), work)
-    return ns.cast(y, out)
+    y = _forward_backward(run, lfilter_zi(b, a), ns, x, axis, padtype, edge, work)
+    return outward(ns.cast(y, out))
 
 
 def _gustafsson(b: np.ndarray, a: np.ndarray, ns, x, axis: int, irlen: int | None):
@@ -1135,9 +1165,11 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
     ns, x, axis = _signal(x, axis)
     work, out = _dtypes(ns, x, sos)
     taps = 2 * len(sos) + 1 - min(np.sum(sos[:, 2] == 0), np.sum(sos[:, 5] == 0))
+    edge = _edge(x, axis, padtype, padlen, int(taps))
+    x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis)
 
     def run(x, zi):
         return _cascade(sos, ns, x, axis, zi)
 
-    y = _forward_backward(run, sosfilt_zi(sos), ns, x, axis, padtype, padlen, int(taps), work)
-    return ns.cast(y, out)
+    y = _forward_backward(run, sosfilt_zi(sos), ns, x, axis, padtype, edge, work)
+    return outward(ns.cast(y, out))
