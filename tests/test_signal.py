@@ -799,7 +799,8 @@ def test_time_major_copies_where_the_numpy_backend_would():
 
     arrays, x = _Arrays(np), np.ones((12, 300))
     moved = arrays.time_major(x, 1)
-    assert moved.shape == (300, 12) and moved.flags.c_contiguous
+    assert moved.shape == (300, 12)
+    assert moved.flags.c_contiguous
     assert arrays.time_major(np.ones((2, 9, 301)), 2) is not None
     assert arrays.time_major(np.ones((257, 20, 3)), 0) is None  # time is already first
     assert arrays.time_major(np.ones((5, 300)), 1) is None  # rows of 80 bytes: as they are
