@@ -60,10 +60,13 @@ def crossovers(rng) -> list[dict]:
                              **{f"{m}_s": t for m, t in times.items()}})
                 cells.append(f"{times['serial'] / times['parallel']:5.2f}{'*' if chosen else ' '}")
             print(f"{length:>7} " + " ".join(cells), flush=True)
-    worst = max(rows, key=lambda r: r[f"{r['chosen']}_s"] / min(r["serial_s"], r["parallel_s"]))
-    loss = worst[f"{worst['chosen']}_s"] / min(worst["serial_s"], worst["parallel_s"])
-    print(f"auto's worst choice: {loss:.2f}x the better method's time at T = {worst['length']},"
-          f" width {worst['width']}, {worst['dtype']}")
+
+    def loss(row):  # auto's time over the better method's
+        return row[f"{row['chosen']}_s"] / min(row["serial_s"], row["parallel_s"])
+
+    worst = max(rows, key=loss)
+    print(f"auto's worst choice: {loss(worst):.2f}x the better method's time at"
+          f" T = {worst['length']}, width {worst['width']}, {worst['dtype']}")
     return rows
 
 
