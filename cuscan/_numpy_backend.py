@@ -109,15 +109,21 @@ def _time_first(view, axis: int):
 def _scattered(view, dtype) -> bool:
     """Whether the time-first ``view`` is to be scanned in a time-major copy of
     ``dtype`` (broadcast axes, stride 0, aside)."""
-    if len(view) < _MIN_SCATTERED_LENGTH:
+    return _scattered_layout(view.shape, view.strides, dtype)
+
+
+def _scattered_layout(shape, strides, dtype) -> bool:
+    """`_scattered` for a time-first layout given by its ``shape`` and byte ``strides``,
+    which need not be a NumPy array's (cuscan.signal asks it of framework tensors)."""
+    if shape[0] < _MIN_SCATTERED_LENGTH:
         return False
-    strides = [abs(stride) for size, stride in zip(view.shape[1:], view.strides[1:],
-                                                    strict=True) if size > 1 and stride]
+    strides = [abs(stride) for size, stride in zip(shape[1:], strides[1:], strict=True)
+               if size > 1 and stride]
     if not strides or min(strides) < _CACHE_LINE:
         return False
-    width, itemsize = math.prod(view.shape[1:]), np.dtype(dtype).itemsize
+    width, itemsize = math.prod(shape[1:]), np.dtype(dtype).itemsize
     row = width * itemsize
-    return (row > _MAX_STRIDED_ROW and len(view) * row <= _MAX_COPY_BYTES and (
+    return (row > _MAX_STRIDED_ROW and shape[0] * row <= _MAX_COPY_BYTES and (
         width < _MAX_SCATTERED_WIDTH or min(strides) % _ALIASING_STRIDE == 0))
 
 

@@ -1051,6 +1051,53 @@ def test_tensorflow_variables_are_differentiated():
         np.testing.assert_allclose(grad_alpha.numpy(), expected_alpha, rtol=1e-12)
 
 
+@pytest.mark.parametrize(("shape", "axis"), [((12, 300), -1), ((2, 9, 301), 2)])
+def test_framework_time_contiguous_layouts(framework, shape, axis):
+    """Long time-contiguous signals on the CPU are filtered in one time-major copy, as
+    NumPy arrays are: values and states as SciPy's, gradients as those of the same
+    signal laid out time-major, and results in the caller's layout."""
+    from cuscan.signal import _arrays
+
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal(shape)
+    tensor = framework.tensor(x)
+    moved = _arrays.namespace({"x": tensor}).time_major(tensor, axis % x.ndim)
+    assert (moved is not None) == (framework.device.lower() == "cpu")
+    sos = ss.cheby1(6, 0.5, 0.1, output="sos")
+    b, a = ss.ellip(3, 1, 40, 0.2)
+    state = list(shape)
+    state[axis] = 2
+    zi = rng.standard_normal((3, *state))
+    y, zf = signal.sosfilt(sos, tensor, axis=axis, zi=framework.tensor(zi))
+    expected, expected_zf = ss.sosfilt(sos, x, axis=axis, zi=zi)
+    assert relative_error(framework.array(y), expected) <= BOUND[np.float64]
+    assert relative_error(framework.array(zf), expected_zf) <= BOUND[np.float64]
+    for name, result, want in (
+            ("lfilter", signal.lfilter(b, a, tensor, axis=axis), ss.lfilter(b, a, x, axis=axis)),
+            ("filtfilt", signal.filtfilt(b, a, tensor, axis=axis),
+             ss.filtfilt(b, a, x, axis=axis)),
+            ("gust", signal.filtfilt(b, a, tensor, axis=axis, method="gust", irlen=40),
+             ss.filtfilt(b, a, x, axis=axis, method="gust", irlen=40)),
+            ("sosfiltfilt", signal.sosfiltfilt(sos, tensor, axis=axis),
+             ss.sosfiltfilt(sos, x, axis=axis))):
+        assert relative_error(framework.array(result), want) <= BOUND[np.float64], name
+    weights = rng.standard_normal(shape)
+
+    def loss(x, zi, axis=axis, weights=weights):
+        y, zf = signal.sosfilt(sos, x, axis=axis, zi=zi)
+        return framework.total(y * framework.tensor(weights)) + framework.total(zf)
+
+    grads = framework.grad(loss, x, zi)
+    first = np.moveaxis(x, axis, 0)
+    expected = framework.grad(lambda x, zi: loss(x, zi, 0, np.moveaxis(weights, axis, 0)),
+                              first, np.moveaxis(zi, 1 + axis % x.ndim, 1))
+    np.testing.assert_allclose(grads[0], np.moveaxis(expected[0], 0, axis), rtol=1e-10,
+                               atol=1e-10 * np.abs(expected[0]).max())
+    np.testing.assert_allclose(grads[1], np.moveaxis(expected[1], 1, 1 + axis % x.ndim),
+                               rtol=1e-10,
+                               atol=1e-10 * np.abs(expected[1]).max())
+
+
 def test_framework_zero_phase(framework):
     """sosfiltfilt and filtfilt on tensors: SciPy's values, and the exact gradient (the
     filter, padding included, is linear in the signal)."""

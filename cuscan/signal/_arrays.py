@@ -68,14 +68,33 @@ class _Arrays:
         backend would otherwise copy each recurrence's operands into that layout and its
         output back (a time-contiguous layout, as ``(C, T)`` along axis -1; see
         ``_numpy_backend._scattered``): then one copy each way serves a whole filter.
-        None where ``x`` is to be filtered as it is."""
-        if self.xp is not np or axis == 0:
+        None where ``x`` is to be filtered as it is: on a GPU, whose kernels read any
+        layout, or with a length not known yet."""
+        shape = tuple(x.shape)
+        if axis == 0 or not all(isinstance(n, int) for n in shape) or not self.on_host(x):
             return None
-        moved = np.moveaxis(x, axis, 0)
+        strides = self.strides(x)
+        order = [axis, *(i for i in range(len(shape)) if i != axis)]
         # The recurrences of a real signal's conjugate pole pairs are complex.
-        if not _numpy_backend._scattered(moved, np.complex128):
+        if not _numpy_backend._scattered_layout([shape[i] for i in order],
+                                                [strides[i] for i in order], np.complex128):
             return None
-        return np.ascontiguousarray(moved)
+        return self.contiguous(self.moveaxis(x, axis, 0))
+
+    def on_host(self, x) -> bool:
+        """Whether ``x`` is computed on by the NumPy backend."""
+        return self.xp is np
+
+    def strides(self, x) -> tuple[int, ...]:
+        """``x``'s strides in bytes."""
+        return x.strides
+
+    def moveaxis(self, x, source: int, destination: int):
+        return self.xp.moveaxis(x, source, destination)
+
+    def contiguous(self, x):
+        """``x`` in row-major order (a copy where it is not)."""
+        return self.xp.ascontiguousarray(x)
 
     def real(self, x):
         return x.real
@@ -159,6 +178,18 @@ class _Torch(_Arrays):
         return x.redistribute(placements=[Replicate() if p.is_shard(axis) else p
                                           for p in x.placements])
 
+    def on_host(self, x) -> bool:
+        return x.device.type == "cpu" and not self._adapter._distributed(x)
+
+    def strides(self, x) -> tuple[int, ...]:
+        return tuple(stride * x.dtype.itemsize for stride in x.stride())
+
+    def moveaxis(self, x, source: int, destination: int):
+        return x.movedim(source, destination)
+
+    def contiguous(self, x):
+        return x.contiguous()
+
     def kind(self, x) -> str:
         dtype = x.dtype
         if dtype.is_complex:
@@ -233,6 +264,21 @@ class _Jax(_Arrays):
     def add_into(self, w, key, value):
         return w.at[key].add(value)
 
+    def on_host(self, x) -> bool:
+        from cuscan import _jax
+
+        if _jax._sharding(x) is not None:  # a split over devices is kept as it is
+            return False
+        if isinstance(x, self.jax.core.Tracer):  # placed where jit places it
+            return self.jax.default_backend() == "cpu"
+        return all(device.platform == "cpu" for device in x.devices())
+
+    def strides(self, x) -> tuple[int, ...]:
+        return _row_major(x.shape, np.dtype(x.dtype).itemsize)
+
+    def contiguous(self, x):
+        return x  # arrays are laid out by XLA, moved axes included
+
     def whole_along(self, x, axis: int):
         # Split along time over explicit mesh axes, x is gathered there (JAX types the
         # indexing of a split axis as an error), keeping the split of the other axes.
@@ -277,6 +323,22 @@ class _TensorFlow(_Arrays):
 
     def itemsize(self, x) -> int:
         return x.dtype.size
+
+    def on_host(self, x) -> bool:
+        if x.device:
+            return "GPU" not in x.device.upper()
+        return not self.tf.config.list_logical_devices("GPU")  # placed by TensorFlow
+
+    def strides(self, x) -> tuple[int, ...]:
+        return _row_major(x.shape, x.dtype.size)
+
+    def moveaxis(self, x, source: int, destination: int):
+        order = [i for i in range(x.ndim) if i != source % x.ndim]
+        order.insert(destination % x.ndim, source % x.ndim)
+        return self.tf.transpose(x, order)
+
+    def contiguous(self, x):
+        return x  # tensors are row-major
 
     def cast(self, x, dtype: np.dtype):
         return self.tf.cast(x, self.tf.as_dtype(np.dtype(dtype)))
@@ -334,3 +396,11 @@ class _TensorFlow(_Arrays):
 
     def host(self, x) -> np.ndarray:
         return x.numpy()
+
+
+def _row_major(shape, itemsize: int) -> tuple[int, ...]:
+    """The byte strides of a row-major array of ``shape``."""
+    strides = [itemsize]
+    for n in reversed(shape[1:]):
+        strides.insert(0, strides[0] * n)
+    return tuple(strides)

@@ -306,10 +306,10 @@ def _time_major(ns, x, axis: int):
         return x, axis, same, same
 
     def inward(v, lead=0):
-        return np.moveaxis(v, lead + axis, lead)
+        return ns.moveaxis(v, lead + axis, lead)
 
     def outward(v, lead=0):
-        return np.ascontiguousarray(np.moveaxis(v, lead, lead + axis))
+        return ns.contiguous(ns.moveaxis(v, lead, lead + axis))
 
     return moved, 0, inward, outward
 
