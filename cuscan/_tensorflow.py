@@ -310,13 +310,18 @@ def _numeric(dtype: tf.DType) -> bool:
                                        or dtype.is_bool)
 
 
+def check(name: str, value) -> None:
+    """Refuse a sparse or ragged tensor, which cuscan cannot compute on."""
+    if isinstance(value, (tf.SparseTensor, tf.RaggedTensor)):
+        how = "tf.sparse.to_dense" if isinstance(value, tf.SparseTensor) else ".to_tensor()"
+        raise TypeError(f"`{name}` is a {type(value).__name__}; cuscan needs dense tensors "
+                        f"(convert with {how})")
+
+
 def _as_tensors(operands: dict[str, object]) -> list[tf.Tensor | None]:
     """Operands as tensors of the result dtype (Python scalars are weak, as in the core)."""
     for name, value in operands.items():
-        if isinstance(value, (tf.SparseTensor, tf.RaggedTensor)):
-            how = "tf.sparse.to_dense" if isinstance(value, tf.SparseTensor) else ".to_tensor()"
-            raise TypeError(f"`{name}` is a {type(value).__name__}; cuscan needs dense tensors "
-                            f"(convert with {how})")
+        check(name, value)
     tensors = {name: None if v is None or _dtypes.is_python_scalar(v) else tf.convert_to_tensor(v)
                for name, v in operands.items()}
     for name, t in tensors.items():

@@ -437,22 +437,32 @@ _DTYPES = frozenset({
 })
 
 
+def check(name: str, tensor: torch.Tensor) -> None:
+    """Refuse a tensor cuscan cannot compute on: nested, not dense, or of a dtype it does
+    not support."""
+    check_layout(name, tensor)
+    if tensor.dtype not in _DTYPES:
+        raise _dtypes.unsupported(name, tensor.dtype)
+
+
+def check_layout(name: str, tensor: torch.Tensor) -> None:
+    """Refuse a nested or sparse tensor (or another layout than strided)."""
+    if tensor.is_nested:
+        raise TypeError(f"`{name}` is a nested tensor; cuscan needs dense (strided) "
+                        "tensors (pad with torch.nested.to_padded_tensor, or run each "
+                        "sequence in turn)")
+    if tensor.layout != torch.strided:
+        raise TypeError(f"`{name}` is a {tensor.layout} tensor; cuscan needs dense (strided) "
+                        "tensors (convert with .to_dense())")
+
+
 def _as_tensors(names: tuple[str, ...], *values) -> list[torch.Tensor | None]:
     """Operands as tensors: Python scalars are weak, as in the core, and take the tensors'
     dtype (complex if the scalar is) and device; None stays None."""
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
     for name, value in zip(names, values, strict=True):
-        if not isinstance(value, torch.Tensor):
-            continue
-        if value.is_nested:
-            raise TypeError(f"`{name}` is a nested tensor; cuscan needs dense (strided) "
-                            "tensors (pad with torch.nested.to_padded_tensor, or run each "
-                            "sequence in turn)")
-        if value.layout != torch.strided:
-            raise TypeError(f"`{name}` is a {value.layout} tensor; cuscan needs dense (strided) "
-                            "tensors (convert with .to_dense())")
-        if value.dtype not in _DTYPES:
-            raise _dtypes.unsupported(name, value.dtype)
+        if isinstance(value, torch.Tensor):
+            check(name, value)
     dtype = _result_dtype(*tensors)
     if any(isinstance(v, complex) for v in values):
         dtype = _promote(dtype, torch.complex64)

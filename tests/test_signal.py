@@ -1252,6 +1252,57 @@ def test_torch_func_vmap_over_signals_and_alphas():
         torch.testing.assert_close(y, signal.ema(x, alphas[:, None], adjust=adjust))
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
+def test_torch_tensors_cuscan_cannot_compute_on_are_refused():
+    """Sparse, nested and quantized tensors, as signals, coefficients, states or alphas:
+    a TypeError naming the argument, as the core gives. Float8 and bfloat16, which the
+    core refuses and NumPy lacks, are computed on in higher precision."""
+    torch = require("torch")
+    sos, x = ss.butter(4, 0.1, output="sos"), torch.ones(3, 300)
+    with pytest.raises(TypeError, match=r"`x` is a torch\.sparse_csr tensor; cuscan needs "
+                                        r"dense \(strided\) tensors"):
+        signal.sosfilt(sos, x.to_sparse_csr())
+    with pytest.raises(TypeError, match=r"`x` is a torch\._mkldnn tensor"):
+        signal.ema(x.to_mkldnn(), 0.3)
+    with pytest.raises(TypeError, match="`x` is a nested tensor"):
+        signal.filtfilt([1.0], [1.0, -0.5], torch.nested.nested_tensor(
+            [torch.ones(300), torch.ones(200)], layout=torch.jagged))
+    with pytest.raises(TypeError, match=r"`sos` is a torch\.sparse_coo tensor"):
+        signal.sosfilt(torch.as_tensor(sos).to_sparse(), x)
+    with pytest.raises(TypeError, match=r"`zi` is a torch\.sparse_coo tensor"):
+        signal.sosfilt(sos, x, zi=torch.zeros(2, 3, 2).to_sparse())
+    with pytest.raises(TypeError, match=r"`alpha` has dtype torch\.qint8, which cuscan does not"):
+        signal.ema(x, torch.quantize_per_tensor(torch.full((3, 1), 0.3), 0.1, 0, torch.qint8))
+    float8 = signal.sosfilt(sos, torch.ones(3, 300, dtype=torch.float8_e4m3fn))  # upcast
+    assert float8.dtype == torch.float32
+    for dtype in (torch.bfloat16, torch.float8_e4m3fn):  # coefficients NumPy cannot hold
+        rounded = torch.as_tensor(sos).to(dtype)
+        np.testing.assert_allclose(signal.sosfilt(rounded, x).numpy(), ss.sosfilt(
+            rounded.double().numpy(), x.numpy()), rtol=1e-5)
+
+
+def test_tensorflow_tensors_cuscan_cannot_compute_on_are_refused():
+    tf = require("tensorflow")
+    sos, x = ss.butter(4, 0.1, output="sos"), tf.ones((3, 300))
+    with pytest.raises(TypeError, match=r"`x` is a SparseTensor; cuscan needs dense tensors "
+                                        r"\(convert with tf\.sparse\.to_dense\)"):
+        signal.sosfilt(sos, tf.sparse.from_dense(x))
+    with pytest.raises(TypeError, match="`b` is a RaggedTensor"):
+        signal.lfilter(tf.ragged.constant([[1.0], [1.0, 2.0]]), [1.0], x)
+    with pytest.raises(TypeError, match="`zi` is a SparseTensor"):
+        signal.sosfilt(sos, x, zi=tf.sparse.from_dense(tf.zeros((2, 3, 2))))
+
+
+def test_jax_random_keys_are_refused():
+    jax = require("jax")
+    keys = jax.random.split(jax.random.key(0), 3)
+    with pytest.raises(TypeError, match="`x` has dtype key<fry>, which cuscan does not"):
+        signal.sosfilt(ss.butter(4, 0.1, output="sos"), keys)
+    with pytest.raises(TypeError, match="`alpha` has dtype key<fry>"):
+        signal.ema(jax.numpy.ones((3, 300)), keys[:, None])
+
+
 def test_framework_compiled(framework):
     """Under jax.jit, tf.function and torch.compile (which graph-breaks around the NumPy
     filter design, warning about it and about its own deprecations)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from cuscan import _backend, _numpy_backend
+from cuscan._dtypes import unsupported
 
 
 def namespace(operands: dict[str, object]):
@@ -44,6 +45,11 @@ class _Arrays:
         if self._view is not None:
             value = self._view(value)
         return self.xp.asarray(value)
+
+    def dense(self, value, name: str):
+        """``value`` (before `asarray`), refused with a clear error where it is a tensor
+        cuscan cannot compute on."""
+        return value
 
     def kind(self, x) -> str:
         dtype = np.dtype(x.dtype)
@@ -178,6 +184,13 @@ class _Torch(_Arrays):
         return x.redistribute(placements=[Replicate() if p.is_shard(axis) else p
                                           for p in x.placements])
 
+    def dense(self, value, name: str):
+        if isinstance(value, self.torch.Tensor):
+            self._adapter.check_layout(name, value)  # sparse and nested: as the core says
+            if value.is_quantized:
+                raise unsupported(name, value.dtype)
+        return value
+
     def on_host(self, x) -> bool:
         return x.device.type == "cpu" and not self._adapter._distributed(x)
 
@@ -264,6 +277,12 @@ class _Jax(_Arrays):
     def add_into(self, w, key, value):
         return w.at[key].add(value)
 
+    def dense(self, value, name: str):
+        dtype = getattr(value, "dtype", None)
+        if dtype is not None and self.jax.dtypes.issubdtype(dtype, self.jax.dtypes.extended):
+            raise unsupported(name, dtype)  # random keys
+        return value
+
     def on_host(self, x) -> bool:
         from cuscan import _jax
 
@@ -323,6 +342,12 @@ class _TensorFlow(_Arrays):
 
     def itemsize(self, x) -> int:
         return x.dtype.size
+
+    def dense(self, value, name: str):
+        from cuscan import _tensorflow
+
+        _tensorflow.check(name, value)  # sparse and ragged tensors
+        return value
 
     def on_host(self, x) -> bool:
         if x.device:

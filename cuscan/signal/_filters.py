@@ -61,7 +61,16 @@ def _host(coefficients, name: str) -> np.ndarray:
                         f"cuscan.signal; pass `{name}.detach()`")
     lib = _backend.library(coefficients)
     if lib == "torch":
+        from cuscan import _torch
+
+        _torch.check_layout(name, coefficients)
         coefficients = coefficients.cpu()
+        if coefficients.dtype.is_floating_point and coefficients.dtype.itemsize < 4:
+            coefficients = coefficients.double()  # bfloat16 and float8, which NumPy lacks
+    elif lib == "tensorflow":
+        from cuscan import _tensorflow
+
+        _tensorflow.check(name, coefficients)
     elif lib == "cupy":
         coefficients = coefficients.get()
     coefficients = np.asarray(coefficients)
@@ -91,7 +100,7 @@ def _signal(x, axis: int, zi=None):
 def _inexact(ns, value, name: str, like=None):
     """``value`` as a float32/64 or complex64/128 array of ``ns`` (integers and bools as
     float64, half precision as float32)."""
-    value = ns.asarray(value, like=like)
+    value = ns.asarray(ns.dense(value, name), like=like)
     kind, itemsize = ns.kind(value), ns.itemsize(value)
     _numeric(name, kind, itemsize, value.dtype)
     if kind not in "fc" or itemsize < 4:
@@ -443,7 +452,7 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
     """
     if zi is None:
         return None
-    zi = ns.asarray(zi, like=x)
+    zi = ns.asarray(ns.dense(zi, "zi"), like=x)
     _numeric("zi", ns.kind(zi), ns.itemsize(zi), zi.dtype)
     shape = tuple(zi.shape)
     expected = (*x.shape[:axis], order, *x.shape[axis + 1:])
@@ -863,7 +872,7 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
         if not 0 < alpha <= 1:
             raise ValueError(f"`alpha` must lie in (0, 1]; got {alpha}")
     else:
-        alpha = ns.asarray(alpha, like=x)
+        alpha = ns.asarray(ns.dense(alpha, "alpha"), like=x)
         if ns.kind(alpha) not in "iuf":
             raise TypeError(f"`alpha` must be a real number or an array of them; got dtype "
                             f"{alpha.dtype}")
