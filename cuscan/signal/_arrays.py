@@ -320,7 +320,9 @@ class _TensorFlow(_Arrays):
     def __init__(self):
         import tensorflow as tf
 
-        self.tf = tf
+        from cuscan import _tensorflow
+
+        self.tf, self._adapter = tf, _tensorflow
 
     def asarray(self, value, like=None):
         tf = self.tf
@@ -344,14 +346,12 @@ class _TensorFlow(_Arrays):
         return x.dtype.size
 
     def dense(self, value, name: str):
-        from cuscan import _tensorflow
-
-        _tensorflow.check(name, value)  # sparse and ragged tensors
+        self._adapter.check(name, value)  # sparse and ragged tensors
         return value
 
     def on_host(self, x) -> bool:
         if x.device:
-            return "GPU" not in x.device.upper()
+            return not self._adapter._on_gpu(x)
         return not self.tf.config.list_logical_devices("GPU")  # placed by TensorFlow
 
     def strides(self, x) -> tuple[int, ...]:
