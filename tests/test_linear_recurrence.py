@@ -348,13 +348,15 @@ def test_numpy_time_major_rule(monkeypatch):
 def test_numpy_parallel_layouts(monkeypatch, layout):
     """The NumPy backend's chunked scan runs on contiguous copies for narrow time steps and
     on strided views for wide ones: both give the reference's results, for full and
-    time-invariant decays, non-finite values, complex data and non-contiguous outputs."""
+    time-invariant decays, non-finite values, complex data and non-contiguous outputs.
+    Single channels are copied in tiles, here small ones that do not divide the chunks."""
     from cuscan import _numpy_backend
 
     monkeypatch.setattr(_numpy_backend, "_MAX_STRIDED_ROW", np.inf if layout == "copies" else -1)
+    monkeypatch.setattr(_numpy_backend, "_TILE", 5)
     numpy = Backend("numpy")
     rng = np.random.default_rng(31)
-    for length, width in ((5, 3), (1025, 1), (4099, 40), (65537, 2)):
+    for length, width in ((5, 3), (1025, 1), (4099, 40), (65537, 2), (30011, 1)):
         for dtype in ("float32", "float64", "complex128"):
             decays = make(rng, (length, width), dtype)
             impulses = make(rng, (length, width), dtype, low=-1.0)
