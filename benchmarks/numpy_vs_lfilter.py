@@ -18,6 +18,7 @@ from benchmarks._common import best_time, environment, write
 # (name, shape, time axis)
 CASES = [
     ("T=10^6, 1 channel", (10**6,), 0),
+    ("T=10^7, 1 channel", (10**7,), 0),
     ("T=10^5, 64 channels, time-major (T, C)", (10**5, 64), 0),
     ("T=10^5, 64 channels, time-contiguous (C, T)", (64, 10**5), 1),
 ]
