@@ -1,12 +1,13 @@
-"""The NumPy backend's tiled copies of a single channel's chunks.
+"""The NumPy backend's tiled copies between time-major arrays and others.
 
 The chunked scan of one channel copies its chunks, a (C, L) array with time
 contiguous, into (L, C) so that each of its steps is one contiguous vector, and
-copies the result back. Copied element by element, both sides long (about
-sqrt(T) each), every element read or written lands on a cache line and a page
-of its own. The backend copies tiles of 512 x 512 instead. Times the forward
-scan and its vector-Jacobian product of one channel with tiles of 256, 512 and
-1024 and element by element (one tile), alternated in one process (so a loaded
+copies the result back; a time-contiguous output of several channels, (C, T)
+along axis -1, gets its result from a time-major copy. Copied element by
+element, both sides long, every element read or written lands on a cache line
+and a page of its own. The backend copies tiles of 512 x 512 instead. Times the
+forward scan and its vector-Jacobian product with tiles of 256, 512 and 1024
+and element by element (one tile), alternated in one process (so a loaded
 machine slows all alike), and prints each time over the element-by-element
 one; writes results/numpy_tiles.json.
 
@@ -15,6 +16,7 @@ one; writes results/numpy_tiles.json.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -23,7 +25,10 @@ import cuscan
 from benchmarks._common import best_time, environment, write
 from cuscan import _numpy_backend
 
-LENGTHS = (10**5, 10**6, 4 * 10**6, 10**7, 3 * 10**7)
+# (shape, time axis): one channel, then time-contiguous channels
+SHAPES = [((n,), 0) for n in (10**5, 10**6, 4 * 10**6, 10**7, 3 * 10**7)] + [
+    ((8, 10**6), -1), ((64, 10**5), -1), ((64, 156250), -1), ((256, 8192), -1),
+    ((4, 16, 65536), -1)]
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 TILES = (256, 512, 1024, None)  # None: one tile, element by element
 ROUNDS = 3  # alternations of the tile sizes; the best time of each is kept
@@ -33,29 +38,32 @@ def main() -> None:
     rng = np.random.default_rng(0)
     chosen = _numpy_backend._TILE
     rows = []
-    print("one channel, parallel method: time with tiles of N / time element by element")
-    print(f"{'T':>9} {'dtype':>10} {'pass':>8} " + " ".join(f"{t:>6}" for t in TILES[:-1])
+    print("time with tiles of N / time element by element (one channel: parallel method)")
+    print(f"{'shape':>14} {'dtype':>10} {'pass':>8} " + " ".join(f"{t:>6}" for t in TILES[:-1])
           + f" {'element (ms)':>13}")
     try:
-        for length in LENGTHS:
+        for shape, axis in SHAPES:
+            method = "parallel" if len(shape) == 1 else "auto"
             for dtype in DTYPES:
-                x = rng.standard_normal(length).astype(dtype)
-                a = rng.uniform(0.9, 0.999, length).astype(dtype)
-                h = cuscan.linear_recurrence(a, x)
-                passes = {"forward": lambda a=a, x=x: cuscan.linear_recurrence(
-                              a, x, method="parallel"),
-                          "vjp": lambda a=a, x=x, h=h: cuscan.linear_recurrence_vjp(x, a, h)}
-                repeats = max(2, min(10, 10**7 // length))
+                x = rng.standard_normal(shape).astype(dtype)
+                a = rng.uniform(0.9, 0.999, shape).astype(dtype)
+                h = cuscan.linear_recurrence(a, x, axis=axis)
+                passes = {"forward": functools.partial(cuscan.linear_recurrence, a, x,
+                                                       axis=axis, method=method),
+                          "vjp": functools.partial(cuscan.linear_recurrence_vjp, x, a, h,
+                                                   axis=axis)}
+                repeats = max(2, min(10, 10**7 // x.size))
                 for name, function in passes.items():
                     best = dict.fromkeys(TILES, math.inf)
                     for _ in range(ROUNDS):
                         for tile in TILES:
-                            _numpy_backend._TILE = tile or length
+                            _numpy_backend._TILE = tile or x.size
                             best[tile] = min(best[tile], best_time(function, repeats))
-                    rows.append({"length": length, "dtype": np.dtype(dtype).name,
-                                 "pass": name, **{f"tile_{t or 'element'}_s": best[t]
-                                                  for t in TILES}})
-                    print(f"{length:>9} {np.dtype(dtype).name:>10} {name:>8} "
+                    rows.append({"shape": list(shape), "axis": axis,
+                                 "dtype": np.dtype(dtype).name, "pass": name,
+                                 **{f"tile_{t or 'element'}_s": best[t] for t in TILES}})
+                    print(f"{'x'.join(map(str, shape)):>14} {np.dtype(dtype).name:>10} "
+                          f"{name:>8} "
                           + " ".join(f"{best[t] / best[None]:>6.2f}" for t in TILES[:-1])
                           + f" {best[None] * 1e3:>13.1f}", flush=True)
     finally:

@@ -50,9 +50,12 @@ _MIN_SCATTERED_LENGTH = 256
 _MAX_SCATTERED_WIDTH = 512
 _ALIASING_STRIDE = 1024
 _MAX_COPY_BYTES = 2**29
-# The chunked scan of a single channel transposes its chunks, (C, L) to (L, C),
-# and back: with both sides long, an element-by-element copy misses the cache at
-# every element. It copies tiles of _TILE x _TILE instead (benchmarks/numpy_tiles.py).
+# Copies between a time-major array and one that is not (a single channel's
+# chunks, (C, L) copied to (L, C) for the chunked scan and back; a result written
+# back into a time-contiguous output) go tile by tile, _TILE x _TILE over the
+# first two axes: element by element, with both sides long, every element read
+# or written lands on a cache line and a page of its own
+# (benchmarks/numpy_tiles.py).
 _TILE = 512
 
 
@@ -72,7 +75,7 @@ def forward(decays, impulses, initial_state, out, axis: int, method: str) -> Non
     work = _buffer(target, acc)
     scan(a, x, h0, work, method)
     if work is not target:
-        target[...] = work
+        _copy(target, work)
 
 
 @_quiet
@@ -96,9 +99,10 @@ def backward(grad_output, decays, output, initial_state, grad_decays, grad_impul
     g[-1] = go[-1]
     scan(a[:0:-1].conj(), go[-2::-1], g[-1], g[-2::-1], "auto")  # conj() copies only complex
     if g is not gx:
-        gx[...] = g
+        _copy(gx, g)
     ga[0] = np.conj(h0) * g[0]
-    ga[1:] = np.conj(h[:-1]) * g[1:]
+    previous = h[:-1].conj() if np.iscomplexobj(h) else h[:-1]
+    np.multiply(previous, g[1:], out=ga[1:], casting="unsafe")  # no temporary product
     if grad_initial_state is not None:
         grad_initial_state[...] = (np.conj(a[0]) * g[0]).reshape(grad_initial_state.shape)
 
@@ -192,16 +196,12 @@ def _chunk_length(length: int, width: int) -> int:
     return max(4, min(math.isqrt(length), -(-length * width // _STEP_ELEMENTS)))
 
 
-def _transposed(dst, src):
-    """Copy ``src`` into ``dst`` (chunk positions first, chunks second), in
-    tiles of both where a chunk position holds a single element, and return
-    ``dst``."""
-    if math.prod(dst.shape[2:]) > 1:
-        np.copyto(dst, src)
-        return dst
+def _copy(dst, src):
+    """``dst[...] = src`` in tiles over the first two axes; returns ``dst``."""
     for j in range(0, dst.shape[0], _TILE):
         for i in range(0, dst.shape[1], _TILE):
-            np.copyto(dst[j:j + _TILE, i:i + _TILE], src[j:j + _TILE, i:i + _TILE])
+            np.copyto(dst[j:j + _TILE, i:i + _TILE], src[j:j + _TILE, i:i + _TILE],
+                      casting="unsafe")
     return dst
 
 
@@ -237,10 +237,10 @@ def _parallel(a, x, h0, out) -> None:
         # copies' cost included, contiguous copies take 0.5 to 0.8 of the time.
         # (Decays broadcast along time, stride 0, stay views.)
         if ac.strides[0] != 0:
-            ac = _transposed(np.empty(ac.shape, ac.dtype), ac)
+            ac = _copy(np.empty(ac.shape, ac.dtype), ac)
         # A copy even where the view is contiguous (a single chunk): the outputs
         # overwrite it.
-        xc = _transposed(np.empty(xc.shape, xc.dtype), xc)
+        xc = _copy(np.empty(xc.shape, xc.dtype), xc)
     target = xc if compact else oc
 
     reduced = np.zeros((count, *out.shape[1:]), out.dtype)
@@ -259,7 +259,7 @@ def _parallel(a, x, h0, out) -> None:
         np.add(xc[j], step, out=target[j])
         h = target[j]
     if compact:
-        _transposed(oc, xc)
+        _copy(oc, xc)
     _serial(a[body:], x[body:], carries[-1], out[body:])
 
     finite = np.isfinite(products).all(axis=0)
