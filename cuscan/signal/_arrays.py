@@ -99,7 +99,9 @@ class _Arrays:
         return self.xp.moveaxis(x, source, destination)
 
     def contiguous(self, x):
-        """``x`` in row-major order (a copy where it is not)."""
+        """``x`` in row-major order (a copy where it is not; in the NumPy backend's tiles)."""
+        if self.xp is np and x.ndim > 1 and not x.flags.c_contiguous:
+            return _numpy_backend._copy(np.empty(x.shape, x.dtype), x)
         return self.xp.ascontiguousarray(x)
 
     def real(self, x):
