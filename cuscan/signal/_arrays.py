@@ -266,8 +266,10 @@ class _Jax(_Arrays):
         import jax
         import jax.numpy as jnp
 
+        from cuscan import _jax
+
         super().__init__(jnp)
-        self.jax = jax
+        self.jax, self._adapter = jax, _jax
 
     def asarray(self, value, like=None):
         return self.xp.asarray(value)
@@ -286,9 +288,7 @@ class _Jax(_Arrays):
         return value
 
     def on_host(self, x) -> bool:
-        from cuscan import _jax
-
-        if _jax._sharding(x) is not None:  # a split over devices is kept as it is
+        if self._adapter._sharding(x) is not None:  # a split over devices is kept as it is
             return False
         if isinstance(x, self.jax.core.Tracer):  # placed where jit places it
             return self.jax.default_backend() == "cpu"
@@ -303,14 +303,13 @@ class _Jax(_Arrays):
     def whole_along(self, x, axis: int):
         # Split along time over explicit mesh axes, x is gathered there (JAX types the
         # indexing of a split axis as an error), keeping the split of the other axes.
-        from cuscan import _jax
-
-        sharding = _jax._sharding(x)
+        sharding = self._adapter._sharding(x)
         spec = [*sharding.spec, *(None,) * x.ndim][:x.ndim] if sharding is not None else []
         if not spec or spec[axis] is None:
             return x
         spec[axis] = None
-        return _jax._reshard(x, sharding.update(spec=self.jax.sharding.PartitionSpec(*spec)))
+        spec = self.jax.sharding.PartitionSpec(*spec)
+        return self._adapter._reshard(x, sharding.update(spec=spec))
 
     def concrete(self, x) -> bool:
         return not isinstance(x, self.jax.core.Tracer)
