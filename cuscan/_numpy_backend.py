@@ -97,12 +97,11 @@ def backward(grad_output, decays, output, initial_state, grad_decays, grad_impul
     g = _buffer(gx, acc)
     # Reverse time by viewing every array backwards, then run the forward scan.
     g[-1] = go[-1]
-    scan(a[:0:-1].conj(), go[-2::-1], g[-1], g[-2::-1], "auto")  # conj() copies only complex
+    scan(_conj(a[:0:-1]), go[-2::-1], g[-1], g[-2::-1], "auto")
     if g is not gx:
         _copy(gx, g)
     ga[0] = np.conj(h0) * g[0]
-    previous = h[:-1].conj() if np.iscomplexobj(h) else h[:-1]
-    np.multiply(previous, g[1:], out=ga[1:], casting="unsafe")  # no temporary product
+    np.multiply(_conj(h[:-1]), g[1:], out=ga[1:], casting="unsafe")  # no temporary product
     if grad_initial_state is not None:
         grad_initial_state[...] = (np.conj(a[0]) * g[0]).reshape(grad_initial_state.shape)
 
@@ -140,8 +139,20 @@ def _operand(view, dtype):
     broadcast axes stay broadcast)."""
     if not _scattered(view, dtype):
         return view.astype(dtype, copy=False)
-    stored = tuple(slice(None) if stride else slice(0, 1) for stride in view.strides)
-    return np.broadcast_to(np.ascontiguousarray(view[stored], dtype), view.shape)
+    return np.broadcast_to(np.ascontiguousarray(_stored(view), dtype), view.shape)
+
+
+def _conj(view):
+    """The complex conjugate of ``view``, its broadcast axes still broadcast; real
+    views as they are."""
+    if not np.iscomplexobj(view):
+        return view
+    return np.broadcast_to(np.conj(_stored(view)), view.shape)
+
+
+def _stored(view):
+    """The elements ``view`` stores: its broadcast axes (stride 0) cut to length 1."""
+    return view[tuple(slice(None) if stride else slice(0, 1) for stride in view.strides)]
 
 
 def _buffer(target, dtype):
@@ -198,11 +209,33 @@ def _chunk_length(length: int, width: int) -> int:
 
 def _copy(dst, src):
     """``dst[...] = src`` in tiles over the first two axes; returns ``dst``."""
+    result = dst
+    if dst.dtype == src.dtype and dst.ndim > 2:
+        # Contiguous rows of a few channels copy as one element each: NumPy's
+        # inner loop would otherwise run over those few elements at a time.
+        rows = _opaque_rows(dst), _opaque_rows(src)
+        if rows[0] is not None and rows[1] is not None:
+            dst, src = rows
     for j in range(0, dst.shape[0], _TILE):
         for i in range(0, dst.shape[1], _TILE):
             np.copyto(dst[j:j + _TILE, i:i + _TILE], src[j:j + _TILE, i:i + _TILE],
                       casting="unsafe")
-    return dst
+    return result
+
+
+def _opaque_rows(view):
+    """``view`` (n, m, ...) as an (n, m) array whose elements are the rows of its
+    trailing axes, as raw bytes; None where those rows are not contiguous."""
+    row = view.itemsize
+    for size, stride in zip(view.shape[:1:-1], view.strides[:1:-1], strict=True):
+        if size > 1 and stride != row:
+            return None
+        row *= size
+    if row <= view.itemsize:
+        return None
+    whole = np.lib.stride_tricks.as_strided(
+        view, (*view.shape[:2], row // view.itemsize), (*view.strides[:2], view.itemsize))
+    return whole.view(np.dtype((np.void, row)))[..., 0]
 
 
 def _parallel(a, x, h0, out) -> None:
@@ -231,6 +264,11 @@ def _parallel(a, x, h0, out) -> None:
     # every chunk. (Splitting one axis in two is a view for any strides, so `oc`
     # writes into `out`.)
     ac, xc, oc = (np.swapaxes(v[:body].reshape(shape), 0, 1) for v in (a, x, out))
+    if ac.strides[0] == 0 and 0 in ac.strides[1:]:
+        # Decays constant in time: one row over the chunks serves every step.
+        # Broadcast within the step too, they would make NumPy's inner loop
+        # run over the channels alone, a few elements at a time.
+        ac = np.broadcast_to(np.ascontiguousarray(ac[0]), ac.shape)
     compact = math.prod(out.shape[1:]) * out.itemsize <= _MAX_STRIDED_ROW
     if compact:
         # Narrow rows make those steps strided, elements far apart: with the

@@ -349,8 +349,9 @@ def test_numpy_time_major_rule(monkeypatch):
 def test_numpy_parallel_layouts(monkeypatch, layout):
     """The NumPy backend's chunked scan runs on contiguous copies for narrow time steps and
     on strided views for wide ones: both give the reference's results, for full and
-    time-invariant decays, non-finite values, complex data and non-contiguous outputs.
-    Single channels are copied in tiles, here small ones that do not divide the chunks."""
+    time-invariant decays, decays broadcast within a step, non-finite values, complex data
+    and non-contiguous outputs. Single channels are copied in tiles, here small ones that do
+    not divide the chunks."""
     from cuscan import _numpy_backend
 
     monkeypatch.setattr(_numpy_backend, "_MAX_STRIDED_ROW", np.inf if layout == "copies" else -1)
@@ -365,6 +366,11 @@ def test_numpy_parallel_layouts(monkeypatch, layout):
             check(numpy, decays, impulses, state, method="parallel")
             check(numpy, decays[:1], impulses, method="parallel")  # broadcast along time
             check(numpy, decays.T, impulses.T, axis=1, reverse=True, method="parallel")
+            # Several channel axes, with decays broadcast along time and within a step,
+            # or within a step alone.
+            impulses = make(rng, (length, 2, 3), dtype, low=-1.0)
+            check(numpy, make(rng, (3,), dtype), impulses, state[:1], method="parallel")
+            check(numpy, make(rng, (length, 1, 1), dtype), impulses, method="parallel")
     decays, impulses = make(rng, (3000, 40), low=0.5), make(rng, (3000, 40), low=-1.0)
     impulses[1234, 0], decays[1500, 1], impulses[700, 2] = np.nan, np.nan, np.inf
     check(numpy, decays, impulses, method="parallel")
