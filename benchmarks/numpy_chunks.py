@@ -3,10 +3,10 @@
 The chunked scan takes two passes of L Python-level steps, each over one position
 of every chunk, and scans the chunks' carries by the same algorithm. With
 L = sqrt(T) (the rule before), a sequence of 10^4 steps took 200 steps whose
-vectors held 100 elements: Python's per-step cost dominated. Below 2^19 elements
-in all, the rule now takes the fewest steps whose vectors hold about 4,096
-elements; larger arrays keep sqrt(T), and only their chunks' carries, scanned
-by the same algorithm, are cut differently. Times both, alternated
+vectors held 100 elements: Python's per-step cost dominated. The rule takes the
+fewest steps whose vectors hold about 4,096 elements below 2^19 elements in all,
+and about 16,384 above (at least 4 steps, at most sqrt(T)); one channel of 10^6
+steps takes 62 steps of 16,129 elements. Times both, alternated
 in one process (so a loaded machine slows both alike), with time-invariant and
 time-varying decays, over lengths, widths and dtypes, and prints rule / sqrt;
 writes results/numpy_chunks.json.
@@ -24,8 +24,9 @@ import cuscan
 from benchmarks._common import best_time, environment, write
 from cuscan import _numpy_backend
 
-SHAPES = [(300, 1), (1000, 1), (10**4, 1), (10**5, 1), (10**6, 1), (4 * 10**6, 1),
-          (10**4, 4), (10**5, 4), (10**6, 4), (10**4, 16), (10**5, 16), (10**5, 100)]
+SHAPES = [(300, 1), (1000, 1), (10**4, 1), (10**5, 1), (10**6, 1), (4 * 10**6, 1), (10**7, 1),
+          (10**4, 4), (10**5, 4), (10**6, 2), (10**6, 4), (10**6, 8), (10**4, 16), (10**5, 16),
+          (3 * 10**5, 16), (10**5, 100)]
 DTYPES = (np.float32, np.float64, np.complex128)
 ROUNDS = 3  # alternations of the two rules; the best time of each is kept
 

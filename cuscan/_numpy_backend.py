@@ -27,10 +27,12 @@ _MIN_PARALLEL_LENGTH = 48
 _ROW_BYTES_PER_STEP = 16
 _MAX_LONG_PARALLEL_ROW = 4096
 _MIN_LONG_PARALLEL_LENGTH = 1024
-# The chunked scan's vector length, in elements, for arrays of fewer elements
-# than _STEP_ELEMENTS_UP_TO (see _chunk_length).
+# The chunked scan's vector length, in elements: _STEP_ELEMENTS for arrays of
+# fewer elements than _STEP_ELEMENTS_UP_TO, _LARGE_STEP_ELEMENTS for larger ones
+# (see _chunk_length).
 _STEP_ELEMENTS = 4096
 _STEP_ELEMENTS_UP_TO = 2**19
+_LARGE_STEP_ELEMENTS = 16384
 # The chunked scan works on contiguous copies when a time step holds at most
 # this many bytes (measured by benchmarks/numpy_methods.py).
 _MAX_STRIDED_ROW = 128
@@ -197,14 +199,14 @@ def _serial(a, x, h, out) -> None:
 def _chunk_length(length: int, width: int) -> int:
     # Each of the two passes takes L Python-level steps, each over one position of
     # every chunk: width * T / L elements; the T / L chunk carries are scanned by
-    # the same algorithm. Below _STEP_ELEMENTS_UP_TO elements in all, the fewest
-    # steps whose vectors hold about _STEP_ELEMENTS (at least 4 steps, at most
-    # sqrt(T)): there Python's per-step cost dominates, and this took 0.3 to 0.95
-    # of the time of L = sqrt(T). Larger arrays keep sqrt(T): there neither rule
-    # was consistently faster on a loaded 2-core machine (benchmarks/numpy_chunks.py).
-    if length * width >= _STEP_ELEMENTS_UP_TO:
-        return math.isqrt(length)
-    return max(4, min(math.isqrt(length), -(-length * width // _STEP_ELEMENTS)))
+    # the same algorithm. The rule takes the fewest steps whose vectors hold about
+    # _STEP_ELEMENTS, or _LARGE_STEP_ELEMENTS from _STEP_ELEMENTS_UP_TO elements in
+    # all (at least 4 steps, at most sqrt(T)): Python's per-step cost dominates
+    # shorter vectors. Against L = sqrt(T), this took 0.3 to 0.95 of the time below
+    # _STEP_ELEMENTS_UP_TO elements, and 0.44 to 1.03 above, where rows of up to 8
+    # channels gain most (benchmarks/numpy_chunks.py).
+    per_step = _STEP_ELEMENTS if length * width < _STEP_ELEMENTS_UP_TO else _LARGE_STEP_ELEMENTS
+    return max(4, min(math.isqrt(length), -(-length * width // per_step)))
 
 
 def _copy(dst, src):

@@ -356,6 +356,8 @@ def test_numpy_parallel_layouts(monkeypatch, layout):
 
     monkeypatch.setattr(_numpy_backend, "_MAX_STRIDED_ROW", np.inf if layout == "copies" else -1)
     monkeypatch.setattr(_numpy_backend, "_TILE", 5)
+    # Chunks for large arrays from 50,000 elements: (4099, 40) and (65537, 2) take them.
+    monkeypatch.setattr(_numpy_backend, "_STEP_ELEMENTS_UP_TO", 50_000)
     numpy = Backend("numpy")
     rng = np.random.default_rng(31)
     for length, width in ((5, 3), (1025, 1), (4099, 40), (65537, 2), (30011, 1)):
