@@ -59,6 +59,11 @@ _MAX_COPY_BYTES = 2**29
 # or written lands on a cache line and a page of its own
 # (benchmarks/numpy_tiles.py).
 _TILE = 512
+# Arranging for NumPy's inner loop to run over more than the few channels of one
+# row (opaque rows in copies, a materialised row of time-invariant decays) costs
+# a few microseconds per array; it is done from _WHOLE_ROWS_FROM rows (time steps
+# times chunks), where the inner loop's per-row cost outgrows it.
+_WHOLE_ROWS_FROM = 4096
 
 
 # Overflow, underflow and NaN are data here, handled as the serial recurrence
@@ -202,9 +207,10 @@ def _chunk_length(length: int, width: int) -> int:
     # the same algorithm. The rule takes the fewest steps whose vectors hold about
     # _STEP_ELEMENTS, or _LARGE_STEP_ELEMENTS from _STEP_ELEMENTS_UP_TO elements in
     # all (at least 4 steps, at most sqrt(T)): Python's per-step cost dominates
-    # shorter vectors. Against L = sqrt(T), this took 0.3 to 0.95 of the time below
-    # _STEP_ELEMENTS_UP_TO elements, and 0.44 to 1.03 above, where rows of up to 8
-    # channels gain most (benchmarks/numpy_chunks.py).
+    # shorter vectors. Against L = sqrt(T) (benchmarks/numpy_chunks.py), this took
+    # 0.38 to 1.01 of the time for one channel below _STEP_ELEMENTS_UP_TO elements
+    # and 0.41 to 0.95 above; 0.66 to 1.12 for 2 to 4 channels; 0.83 to 1.10 for
+    # 8 to 100, where the two rules mostly agree.
     per_step = _STEP_ELEMENTS if length * width < _STEP_ELEMENTS_UP_TO else _LARGE_STEP_ELEMENTS
     return max(4, min(math.isqrt(length), -(-length * width // per_step)))
 
@@ -212,7 +218,7 @@ def _chunk_length(length: int, width: int) -> int:
 def _copy(dst, src):
     """``dst[...] = src`` in tiles over the first two axes; returns ``dst``."""
     result = dst
-    if dst.dtype == src.dtype and dst.ndim > 2:
+    if dst.ndim > 2 and dst.shape[0] * dst.shape[1] >= _WHOLE_ROWS_FROM and dst.dtype == src.dtype:
         # Contiguous rows of a few channels copy as one element each: NumPy's
         # inner loop would otherwise run over those few elements at a time.
         rows = _opaque_rows(dst), _opaque_rows(src)
@@ -235,8 +241,8 @@ def _opaque_rows(view):
         row *= size
     if row <= view.itemsize:
         return None
-    whole = np.lib.stride_tricks.as_strided(
-        view, (*view.shape[:2], row // view.itemsize), (*view.strides[:2], view.itemsize))
+    # Contiguous trailing axes merge into one without a copy.
+    whole = view.reshape(*view.shape[:2], row // view.itemsize)
     return whole.view(np.dtype((np.void, row)))[..., 0]
 
 
@@ -266,7 +272,7 @@ def _parallel(a, x, h0, out) -> None:
     # every chunk. (Splitting one axis in two is a view for any strides, so `oc`
     # writes into `out`.)
     ac, xc, oc = (np.swapaxes(v[:body].reshape(shape), 0, 1) for v in (a, x, out))
-    if ac.strides[0] == 0 and 0 in ac.strides[1:]:
+    if ac.strides[0] == 0 and 0 in ac.strides[1:] and body >= _WHOLE_ROWS_FROM:
         # Decays constant in time: one row over the chunks serves every step.
         # Broadcast within the step too, they would make NumPy's inner loop
         # run over the channels alone, a few elements at a time.
