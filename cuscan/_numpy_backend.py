@@ -272,10 +272,12 @@ def _parallel(a, x, h0, out) -> None:
     # every chunk. (Splitting one axis in two is a view for any strides, so `oc`
     # writes into `out`.)
     ac, xc, oc = (np.swapaxes(v[:body].reshape(shape), 0, 1) for v in (a, x, out))
-    if ac.strides[0] == 0 and 0 in ac.strides[1:] and body >= _WHOLE_ROWS_FROM:
-        # Decays constant in time: one row over the chunks serves every step.
-        # Broadcast within the step too, they would make NumPy's inner loop
-        # run over the channels alone, a few elements at a time.
+    per_channel = any(s for n, s in zip(ac.shape[2:], ac.strides[2:], strict=True) if n > 1)
+    if ac.strides[0] == 0 and per_channel and body >= _WHOLE_ROWS_FROM:
+        # Decays constant in time but not over the channels: one row over the
+        # chunks serves every step. Broadcast over the chunks, they would make
+        # NumPy's inner loop run over the channels alone, a few elements at a
+        # time. (A single decay for all channels is a scalar to NumPy: fast.)
         ac = np.broadcast_to(np.ascontiguousarray(ac[0]), ac.shape)
     compact = math.prod(out.shape[1:]) * out.itemsize <= _MAX_STRIDED_ROW
     if compact:
