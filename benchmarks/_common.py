@@ -56,6 +56,22 @@ def best_time(function, repeats: int) -> float:
     return best
 
 
+def alternated(function, module, name: str, values: dict, repeats: int, rounds: int = 3) -> dict:
+    """Best times of ``function`` (``best_time``) with ``module.<name>`` set to each of
+    ``values`` (label -> value) in turn, ``rounds`` times over, so that a machine whose load
+    drifts slows all alike; by label. The attribute is restored after."""
+    saved = getattr(module, name)
+    best = dict.fromkeys(values, float("inf"))
+    try:
+        for _ in range(rounds):
+            for label, value in values.items():
+                setattr(module, name, value)
+                best[label] = min(best[label], best_time(function, repeats))
+    finally:
+        setattr(module, name, saved)
+    return best
+
+
 def write(name: str, payload: dict) -> Path:
     """Write ``payload`` as ``results/<name>.json``."""
     RESULTS.mkdir(exist_ok=True)

@@ -21,14 +21,13 @@ import math
 import numpy as np
 
 import cuscan
-from benchmarks._common import best_time, environment, write
+from benchmarks._common import alternated, environment, write
 from cuscan import _numpy_backend
 
 SHAPES = [(300, 1), (1000, 1), (10**4, 1), (10**5, 1), (10**6, 1), (4 * 10**6, 1), (10**7, 1),
           (10**4, 4), (10**5, 4), (10**6, 2), (10**6, 4), (10**6, 8), (10**4, 16), (10**5, 16),
           (3 * 10**5, 16), (10**5, 100)]
 DTYPES = (np.float32, np.float64, np.complex128)
-ROUNDS = 3  # alternations of the two rules; the best time of each is kept
 
 
 def square_root(length: int, width: int) -> int:
@@ -42,33 +41,23 @@ def main() -> None:
     print("parallel method, rule / sqrt(T) time; < 1 means the rule is faster")
     print(f"{'T':>8} {'width':>6} {'dtype':>10} {'decays':>8} {'L rule':>7} {'L sqrt':>7} "
           f"{'ratio':>6}")
-    try:
-        for length, width in SHAPES:
-            for dtype in DTYPES:
-                for varying in (False, True):
-                    x = rng.standard_normal((length, width)).astype(dtype)
-                    a = rng.uniform(0.9, 0.999, (length, width) if varying else width)
-                    a = a.astype(dtype)
-                    repeats = max(3, min(30, 3_000_000 // (length * width)))
-                    best = dict.fromkeys(rules, math.inf)
-                    for _ in range(ROUNDS):
-                        for name, rule in rules.items():
-                            _numpy_backend._chunk_length = rule
-                            best[name] = min(best[name], best_time(
-                                lambda a=a, x=x: cuscan.linear_recurrence(
-                                    a, x, method="parallel"), repeats))
-                    _numpy_backend._chunk_length = rules["rule"]
-                    chunks = {name: rule(length, width) for name, rule in rules.items()}
-                    rows.append({"length": length, "width": width,
-                                 "dtype": np.dtype(dtype).name, "varying_decays": varying,
-                                 "chunk_rule": chunks["rule"], "chunk_sqrt": chunks["sqrt"],
-                                 "rule_s": best["rule"], "sqrt_s": best["sqrt"]})
-                    print(f"{length:>8} {width:>6} {np.dtype(dtype).name:>10} "
-                          f"{'varying' if varying else 'fixed':>8} {chunks['rule']:>7} "
-                          f"{chunks['sqrt']:>7} {best['rule'] / best['sqrt']:>6.2f}",
-                          flush=True)
-    finally:
-        _numpy_backend._chunk_length = rules["rule"]
+    for length, width in SHAPES:
+        for dtype in DTYPES:
+            for varying in (False, True):
+                x = rng.standard_normal((length, width)).astype(dtype)
+                a = rng.uniform(0.9, 0.999, (length, width) if varying else width)
+                a = a.astype(dtype)
+                repeats = max(3, min(30, 3_000_000 // (length * width)))
+                best = alternated(lambda a=a, x=x: cuscan.linear_recurrence(
+                    a, x, method="parallel"), _numpy_backend, "_chunk_length", rules, repeats)
+                chunks = {name: rule(length, width) for name, rule in rules.items()}
+                rows.append({"length": length, "width": width,
+                             "dtype": np.dtype(dtype).name, "varying_decays": varying,
+                             "chunk_rule": chunks["rule"], "chunk_sqrt": chunks["sqrt"],
+                             "rule_s": best["rule"], "sqrt_s": best["sqrt"]})
+                print(f"{length:>8} {width:>6} {np.dtype(dtype).name:>10} "
+                      f"{'varying' if varying else 'fixed':>8} {chunks['rule']:>7} "
+                      f"{chunks['sqrt']:>7} {best['rule'] / best['sqrt']:>6.2f}", flush=True)
     path = write("numpy_chunks", {"environment": environment(), "rows": rows})
     print(f"wrote {path}")
 

@@ -24,13 +24,12 @@ import math
 import numpy as np
 
 import cuscan
-from benchmarks._common import best_time, environment, write
+from benchmarks._common import alternated, environment, write
 from cuscan import _numpy_backend
 
 SHAPES = [(48, 16), (1024, 4), (10**5, 2), (10**6, 1), (10**6, 2), (10**6, 4),
           (3 * 10**5, 8), (3 * 10**5, 16), (10**5, 64)]
 DTYPES = (np.float32, np.float64, np.complex128)
-ROUNDS = 3  # alternations; the best time of each is kept
 
 
 def main() -> None:
@@ -42,34 +41,28 @@ def main() -> None:
           "are faster")
     print(f"{'shape':>12} {'dtype':>10} {'decays':>8} {'forward':>8} {'vjp':>6} "
           f"{'without (ms)':>13}")
-    try:
-        for shape in SHAPES:
-            for dtype in DTYPES:
-                for varying in (False, True):
-                    x = rng.standard_normal(shape).astype(dtype)
-                    a = rng.uniform(0.9, 0.999, shape if varying else shape[1:]).astype(dtype)
-                    h = cuscan.linear_recurrence(a, x)
-                    passes = {"forward": functools.partial(cuscan.linear_recurrence, a, x,
-                                                           method="parallel"),
-                              "vjp": functools.partial(cuscan.linear_recurrence_vjp, x, a, h)}
-                    repeats = max(3, min(30, 3 * 10**6 // x.size))
-                    row = {"shape": list(shape), "dtype": np.dtype(dtype).name,
-                           "varying_decays": varying}
-                    for name, function in passes.items():
-                        best = dict.fromkeys(settings, math.inf)
-                        for _ in range(ROUNDS):
-                            for setting, threshold in settings.items():
-                                _numpy_backend._WHOLE_ROWS_FROM = threshold
-                                best[setting] = min(best[setting], best_time(function, repeats))
-                        row.update({f"{name}_{s}_s": best[s] for s in settings})
-                    rows.append(row)
-                    print(f"{'x'.join(map(str, shape)):>12} {np.dtype(dtype).name:>10} "
-                          f"{'varying' if varying else 'fixed':>8} "
-                          f"{row['forward_whole_s'] / row['forward_without_s']:>8.2f} "
-                          f"{row['vjp_whole_s'] / row['vjp_without_s']:>6.2f} "
-                          f"{row['forward_without_s'] * 1e3:>13.2f}", flush=True)
-    finally:
-        _numpy_backend._WHOLE_ROWS_FROM = chosen
+    for shape in SHAPES:
+        for dtype in DTYPES:
+            for varying in (False, True):
+                x = rng.standard_normal(shape).astype(dtype)
+                a = rng.uniform(0.9, 0.999, shape if varying else shape[1:]).astype(dtype)
+                h = cuscan.linear_recurrence(a, x)
+                passes = {"forward": functools.partial(cuscan.linear_recurrence, a, x,
+                                                       method="parallel"),
+                          "vjp": functools.partial(cuscan.linear_recurrence_vjp, x, a, h)}
+                repeats = max(3, min(30, 3 * 10**6 // x.size))
+                row = {"shape": list(shape), "dtype": np.dtype(dtype).name,
+                       "varying_decays": varying}
+                for name, function in passes.items():
+                    best = alternated(function, _numpy_backend, "_WHOLE_ROWS_FROM", settings,
+                                      repeats)
+                    row.update({f"{name}_{s}_s": best[s] for s in settings})
+                rows.append(row)
+                print(f"{'x'.join(map(str, shape)):>12} {np.dtype(dtype).name:>10} "
+                      f"{'varying' if varying else 'fixed':>8} "
+                      f"{row['forward_whole_s'] / row['forward_without_s']:>8.2f} "
+                      f"{row['vjp_whole_s'] / row['vjp_without_s']:>6.2f} "
+                      f"{row['forward_without_s'] * 1e3:>13.2f}", flush=True)
     path = write("numpy_rows", {"environment": environment(), "whole_rows_from": chosen,
                                 "rows": rows})
     print(f"wrote {path}")

@@ -17,12 +17,11 @@ one; writes results/numpy_tiles.json.
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
 import cuscan
-from benchmarks._common import best_time, environment, write
+from benchmarks._common import alternated, environment, write
 from cuscan import _numpy_backend
 
 # (shape, time axis): one channel, then time-contiguous channels
@@ -31,7 +30,6 @@ SHAPES = [((n,), 0) for n in (10**5, 10**6, 4 * 10**6, 10**7, 3 * 10**7)] + [
     ((4, 16, 65536), -1)]
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 TILES = (256, 512, 1024, None)  # None: one tile, element by element
-ROUNDS = 3  # alternations of the tile sizes; the best time of each is kept
 
 
 def main() -> None:
@@ -41,33 +39,27 @@ def main() -> None:
     print("time with tiles of N / time element by element (one channel: parallel method)")
     print(f"{'shape':>14} {'dtype':>10} {'pass':>8} " + " ".join(f"{t:>6}" for t in TILES[:-1])
           + f" {'element (ms)':>13}")
-    try:
-        for shape, axis in SHAPES:
-            method = "parallel" if len(shape) == 1 else "auto"
-            for dtype in DTYPES:
-                x = rng.standard_normal(shape).astype(dtype)
-                a = rng.uniform(0.9, 0.999, shape).astype(dtype)
-                h = cuscan.linear_recurrence(a, x, axis=axis)
-                passes = {"forward": functools.partial(cuscan.linear_recurrence, a, x,
-                                                       axis=axis, method=method),
-                          "vjp": functools.partial(cuscan.linear_recurrence_vjp, x, a, h,
-                                                   axis=axis)}
-                repeats = max(2, min(10, 10**7 // x.size))
-                for name, function in passes.items():
-                    best = dict.fromkeys(TILES, math.inf)
-                    for _ in range(ROUNDS):
-                        for tile in TILES:
-                            _numpy_backend._TILE = tile or x.size
-                            best[tile] = min(best[tile], best_time(function, repeats))
-                    rows.append({"shape": list(shape), "axis": axis,
-                                 "dtype": np.dtype(dtype).name, "pass": name,
-                                 **{f"tile_{t or 'element'}_s": best[t] for t in TILES}})
-                    print(f"{'x'.join(map(str, shape)):>14} {np.dtype(dtype).name:>10} "
-                          f"{name:>8} "
-                          + " ".join(f"{best[t] / best[None]:>6.2f}" for t in TILES[:-1])
-                          + f" {best[None] * 1e3:>13.1f}", flush=True)
-    finally:
-        _numpy_backend._TILE = chosen
+    for shape, axis in SHAPES:
+        method = "parallel" if len(shape) == 1 else "auto"
+        for dtype in DTYPES:
+            x = rng.standard_normal(shape).astype(dtype)
+            a = rng.uniform(0.9, 0.999, shape).astype(dtype)
+            h = cuscan.linear_recurrence(a, x, axis=axis)
+            passes = {"forward": functools.partial(cuscan.linear_recurrence, a, x,
+                                                   axis=axis, method=method),
+                      "vjp": functools.partial(cuscan.linear_recurrence_vjp, x, a, h,
+                                               axis=axis)}
+            repeats = max(2, min(10, 10**7 // x.size))
+            tiles = {tile: tile or x.size for tile in TILES}
+            for name, function in passes.items():
+                best = alternated(function, _numpy_backend, "_TILE", tiles, repeats)
+                rows.append({"shape": list(shape), "axis": axis,
+                             "dtype": np.dtype(dtype).name, "pass": name,
+                             **{f"tile_{t or 'element'}_s": best[t] for t in TILES}})
+                print(f"{'x'.join(map(str, shape)):>14} {np.dtype(dtype).name:>10} "
+                      f"{name:>8} "
+                      + " ".join(f"{best[t] / best[None]:>6.2f}" for t in TILES[:-1])
+                      + f" {best[None] * 1e3:>13.1f}", flush=True)
     path = write("numpy_tiles", {"environment": environment(), "chosen_tile": chosen,
                                  "rows": rows})
     print(f"wrote {path}")
