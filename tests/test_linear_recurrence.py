@@ -376,3 +376,85 @@ def test_numpy_parallel_layouts(monkeypatch, layout):
     decays, impulses = make(rng, (3000, 40), low=0.5), make(rng, (3000, 40), low=-1.0)
     impulses[1234, 0], decays[1500, 1], impulses[700, 2] = np.nan, np.nan, np.inf
     check(numpy, decays, impulses, method="parallel")
+
+
+def test_numpy_blocked(monkeypatch):
+    """Decays constant in time on time-contiguous operands (one channel, (C, T) along
+    axis -1) are scanned as matrix products over chunks: forward and backward give the
+    reference's results for one decay and a decay per channel, lengths that the chunks do
+    not divide, both directions, an initial state, strided channels, every float dtype, and
+    results computed a few chunks at a time."""
+    from cuscan import _numpy_backend
+
+    monkeypatch.setattr(_numpy_backend, "_BLOCKED_FROM", 16)
+    monkeypatch.setattr(_numpy_backend, "_BLOCKED_ELEMENTS_FROM", 16)
+    monkeypatch.setattr(_numpy_backend, "_BLOCK_ELEMENTS", 200)
+    ran = []
+    blocked = _numpy_backend._blocked
+
+    def spy(*args):
+        ran.append(blocked(*args))
+        return ran[-1]
+
+    monkeypatch.setattr(_numpy_backend, "_blocked", spy)
+    numpy = Backend("numpy")
+    rng = np.random.default_rng(41)
+    for length in (17, 37, 257, 1031):
+        for dtype in ("float16", "float32", "float64", "complex64", "complex128"):
+            for shape, decays_shape in (((length,), ()), ((5, length), (5, 1)),
+                                        ((2, 3, length), (3, 1)), ((2, 3, length), (2, 1, 1))):
+                for reverse in (False, True):
+                    impulses = make(rng, shape, dtype, low=-1.0)
+                    decays = make(rng, decays_shape, dtype, low=0.5)
+                    state = make(rng, shape[:-1], dtype, low=-1.0)
+                    ran.clear()
+                    output = check(numpy, decays, impulses, state, axis=-1, reverse=reverse)
+                    assert ran
+                    assert all(ran)
+                    # Backward: grad_impulses is the recurrence over conj(decays) the other
+                    # way; grad_decays sums conj(h[t-1]) * grad_impulses[t] over the steps
+                    # and the channels the decays are broadcast over.
+                    weights = make(rng, shape, dtype, low=-1.0)
+                    ran.clear()
+                    grads = cuscan.linear_recurrence_vjp(weights, decays, output, state,
+                                                         axis=-1, reverse=reverse)
+                    assert ran
+                    assert all(ran)
+                    flipped = dict(axis=-1, reverse=not reverse)
+                    expected = reference.linear_recurrence(np.conj(decays), weights, **flipped)
+                    scale = reference.error_scale(decays, weights, **flipped)
+                    assert_close(grads[1], expected, scale, grads[1].dtype, length)
+                    before = (np.concatenate([output[..., 1:], state[..., None]], axis=-1)
+                              if reverse else
+                              np.concatenate([state[..., None], output[..., :-1]], axis=-1))
+                    summed = tuple(range(len(shape) - len(decays_shape))) + tuple(
+                        i + len(shape) - len(decays_shape)
+                        for i, n in enumerate(decays_shape) if n == 1)
+                    terms = np.conj(before.astype(expected.dtype)) * expected
+                    assert_close(grads[0], terms.sum(axis=summed).reshape(decays_shape),
+                                 np.abs(terms).sum(axis=summed).reshape(decays_shape)
+                                 + np.abs(before).sum(axis=summed).reshape(decays_shape)
+                                 * np.abs(scale).max(), grads[0].dtype, length)
+            # Time-contiguous but strided channels.
+            impulses = make(rng, (6, length), dtype, low=-1.0)[::2]
+            ran.clear()
+            check(numpy, make(rng, (3, 1), dtype, low=0.5), impulses, axis=-1)
+            assert ran
+            assert all(ran)
+    # Non-finite powers, chunk states, carries or results leave it to the general scan,
+    # which propagates them as the serial loop does.
+    impulses = make(rng, (3, 100), low=-1.0)
+    state = np.zeros(3)
+    for decays, where, value in ((0.5, (0, 40), np.inf), (0.5, (1, 99), np.nan),
+                                 (-0.9, (2, 5), -np.inf), (np.float32(30.0), None, None),
+                                 (1e200, None, None), (0.5, "state", np.nan)):
+        data = impulses.astype(np.asarray(decays).dtype)
+        if where == "state":
+            state[1] = value
+        elif where is not None:
+            data[where] = value
+        else:  # overflowing powers, times zeros: zeros as serially, not NaN
+            data[...] = 0
+        ran.clear()
+        check(numpy, decays, data, state.astype(data.dtype), axis=-1)
+        assert ran == [False]
