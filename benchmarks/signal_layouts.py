@@ -1,16 +1,14 @@
-"""Time-contiguous signals on the CPU: one time-major copy per filter, or none.
+"""Time-contiguous signals on the CPU: one time-major copy per filter, or per recurrence.
 
 A signal laid out ``(C, T)`` and filtered along axis -1 has the elements of a
-time step a row apart. Where each channel's samples are contiguous, the NumPy
-backend scans the filters' recurrences (whose decays, the poles, are constant in
-time) in place, by its blocked scan; otherwise it scans such operands in
-time-major copies, and ``cuscan.signal`` makes that copy once for a whole filter
-and copies the result back once (see docs/algorithm.md), for NumPy arrays and for
+time step a row apart. The NumPy backend scans such operands in time-major
+copies (see docs/algorithm.md); ``cuscan.signal`` makes that copy once for a
+whole filter and copies the result back once, for NumPy arrays and for
 torch, JAX and TensorFlow tensors on the CPU alike. This times ``sosfilt``,
-``lfilter`` and ``sosfiltfilt`` with the one copy forced (the blocked scan
-disabled) and with the backend's own choice, alternated in rounds in one process
-so that a loaded machine slows both alike; NumPy on every shape, each installed
-framework on three. Writes results/signal_layouts.json.
+``lfilter`` and ``sosfiltfilt`` both ways, the one copy disabled for the
+other, alternated in rounds in one process so that a loaded machine slows
+both alike; NumPy on every shape, each installed framework on three.
+Writes results/signal_layouts.json.
 
     python -m benchmarks.signal_layouts [--libraries numpy torch jax tensorflow]
 """
@@ -20,15 +18,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
-import math
 
 import numpy as np
 import scipy.signal
 
 import cuscan.signal
 from benchmarks._common import best_time, environment, write
-from cuscan import _numpy_backend
-from cuscan.signal._arrays import namespace
+from cuscan.signal._arrays import _Arrays, namespace
 
 SOS = scipy.signal.butter(8, 0.05, output="sos")
 B, A = scipy.signal.butter(4, 0.05)
@@ -66,17 +62,13 @@ def _converters() -> dict:
             "tensorflow": (tf_tensor, lambda y: y.numpy())}
 
 
-def _alternated(call) -> dict[str, float]:
-    """The best time of ``call`` with one copy per filter (no blocked scan) and as the
-    backend chooses, alternated."""
-    times, chosen = {"once": np.inf, "chosen": np.inf}, _numpy_backend._BLOCKED_FROM
-    try:
-        for _ in range(3):
-            for way in times:
-                _numpy_backend._BLOCKED_FROM = math.inf if way == "once" else chosen
-                times[way] = min(times[way], best_time(call, 1))
-    finally:
-        _numpy_backend._BLOCKED_FROM = chosen
+def _alternated(call, copied) -> dict[str, float]:
+    """The best time of ``call`` with one copy per filter and with none, alternated."""
+    times = {"once": np.inf, "per_recurrence": np.inf}
+    for _ in range(3):
+        for way in times:
+            _Arrays.time_major = copied if way == "once" else lambda self, x, axis: None
+            times[way] = min(times[way], best_time(call, 1))
     return times
 
 
@@ -88,24 +80,27 @@ def main() -> None:
     libraries = [name for name in args.libraries
                  if name == "numpy" or importlib.util.find_spec(name) is not None]
     rng = np.random.default_rng(0)
-    rows = []
-    print("copied once / the backend's choice; < 1 means the one copy is faster;"
-          " * marks the layouts the backend copies")
+    rows, copied = [], _Arrays.time_major
+    print("copied once / per recurrence; < 1 means the one copy is faster;"
+          " * marks the layouts copied")
     print(f"{'library':>10} {'C':>5} {'T':>7} " + " ".join(f"{name:>11}" for name in FILTERS))
-    for library in libraries:
-        convert, wait = _converters()[library]
-        for channels, length in SHAPES if library == "numpy" else FRAMEWORK_SHAPES:
-            x = convert(rng.standard_normal((channels, length)))
-            copied = namespace({"x": x}).time_major(x, 1) is not None
-            cells = []
-            for name, run in FILTERS.items():
-                times = _alternated(lambda x=x, run=run, wait=wait: wait(run(x)))
-                rows.append({"library": library, "channels": channels, "length": length,
-                             "filter": name, "copied": copied, "once_s": times["once"],
-                             "chosen_s": times["chosen"]})
-                cells.append(f"{times['once'] / times['chosen']:10.2f}"
-                             f"{'*' if copied else ' '}")
-            print(f"{library:>10} {channels:>5} {length:>7} " + " ".join(cells), flush=True)
+    try:
+        for library in libraries:
+            convert, wait = _converters()[library]
+            for channels, length in SHAPES if library == "numpy" else FRAMEWORK_SHAPES:
+                x = convert(rng.standard_normal((channels, length)))
+                chosen = copied(namespace({"x": x}), x, 1) is not None
+                cells = []
+                for name, run in FILTERS.items():
+                    times = _alternated(lambda x=x, run=run, wait=wait: wait(run(x)), copied)
+                    rows.append({"library": library, "channels": channels, "length": length,
+                                 "filter": name, "copied": chosen, "once_s": times["once"],
+                                 "per_recurrence_s": times["per_recurrence"]})
+                    cells.append(f"{times['once'] / times['per_recurrence']:10.2f}"
+                                 f"{'*' if chosen else ' '}")
+                print(f"{library:>10} {channels:>5} {length:>7} " + " ".join(cells), flush=True)
+    finally:
+        _Arrays.time_major = copied
     versions = {name: importlib.import_module(name).__version__ for name in libraries}
     path = write("signal_layouts", {"environment": {**environment(), **versions},
                                     "sos_sections": len(SOS), "rows": rows})

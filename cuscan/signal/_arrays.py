@@ -9,8 +9,6 @@ with respect to the signal (and `ema`'s ``alpha``). Other arrays with
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from cuscan import _backend, _numpy_backend
@@ -77,17 +75,11 @@ class _Arrays:
         output back (a time-contiguous layout, as ``(C, T)`` along axis -1; see
         ``_numpy_backend._scattered``): then one copy each way serves a whole filter.
         None where ``x`` is to be filtered as it is: on a GPU, whose kernels read any
-        layout; where its steps are contiguous, which the backend's blocked scan reads
-        in place; or with a length not known yet."""
+        layout, or with a length not known yet."""
         shape = tuple(x.shape)
         if axis == 0 or not all(isinstance(n, int) for n in shape) or not self.on_host(x):
             return None
         strides = self.strides(x)
-        if strides[axis] == self.itemsize(x) and _numpy_backend._blocks(shape[axis],
-                                                                        math.prod(shape)):
-            # The poles' decays are constant in time: the backend's blocked scan reads
-            # each channel's contiguous steps in place.
-            return None
         order = [axis, *(i for i in range(len(shape)) if i != axis)]
         # The recurrences of a real signal's conjugate pole pairs are complex.
         if not _numpy_backend._scattered_layout([shape[i] for i in order],
