@@ -335,6 +335,7 @@ def _blocked(a, x, h0, out) -> bool:
     weights = np.where(lag >= 0, weights[..., np.maximum(lag, 0)], 0).astype(dtype, copy=False)
     if not np.isfinite(weights).all():
         return False
+    whole = powers[..., -1]  # a**L: the decay over a chunk
     if reverse:
         weights, powers = np.swapaxes(weights, -1, -2), powers[..., ::-1]
     # Chunks of every channel as matrix rows: (*channels, count, chunk).
@@ -353,7 +354,7 @@ def _blocked(a, x, h0, out) -> bool:
     # carries[i]: the state entering chunk i (counted in memory order; a reverse scan
     # enters a chunk from its end); carries[count]: the state entering the remainder.
     carries = np.empty((count + 1, *out.shape[1:]), dtype)
-    decay = np.broadcast_to(powers[..., -1 if not reverse else 0], ends.shape)
+    decay = np.broadcast_to(whole, ends.shape)
     if reverse:
         carries[-1] = h0
         scan(decay, ends[::-1], h0, carries[-2::-1], "auto")
