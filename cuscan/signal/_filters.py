@@ -15,6 +15,7 @@ import numpy as np
 from cuscan import _backend
 from cuscan._api import check_given, linear_recurrence, public, time_axis
 from cuscan._dtypes import unsupported
+from cuscan.signal import _chunks
 from cuscan.signal._arrays import _Arrays, namespace
 
 ArrayLike = Any
@@ -303,11 +304,12 @@ def _exact(a: np.ndarray) -> tuple:
                  for pair in ratios), shift
 
 
-def _time_major(ns, x, axis: int):
-    """``x`` and its time axis, moved first where ``ns.time_major`` says so; with functions
-    that move a state laid out like ``x`` (after ``lead`` leading axes) alike, and that put
-    a result or state back in ``x``'s layout."""
-    moved = ns.time_major(x, axis)
+def _time_major(ns, x, axis: int, keep=None):
+    """``x`` and its time axis, moved first where ``ns.time_major`` says so and
+    ``keep(x, axis)`` does not hold; with functions that move a state laid out like ``x``
+    (after ``lead`` leading axes) alike, and that put a result or state back in ``x``'s
+    layout."""
+    moved = None if keep is not None and keep(x, axis) else ns.time_major(x, axis)
     if moved is None:
         def same(v, lead=0):
             return v
@@ -593,7 +595,9 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     ns, x, axis = _signal(x, axis, zi)
     zi = _state(ns, zi, x, axis, 2, sections=sos.shape[0])
     work, out = _dtypes(ns, x, sos, state=zi)
-    x, time, inward, outward = _time_major(ns, ns.cast(x, work), axis)
+    x, time, inward, outward = _time_major(ns, ns.cast(x, work), axis,
+                                           keep=functools.partial(_chunks.applies,
+                                                                  sections=len(sos)))
     y, zf = _cascade(sos, ns, x, time, None if zi is None else inward(zi, lead=1))
     y = outward(ns.cast(y, out))
     return y if zi is None else (y, outward(ns.cast(zf, out), lead=1))
@@ -602,6 +606,11 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
 def _cascade(sos: np.ndarray, ns, x, axis: int, zi):
     """The sections one after the other, in ``x``'s (double) precision; returns y and the
     stacked zf (None without zi)."""
+    if _chunks.applies(x, axis, sos.shape[0]):
+        done = _chunks.cascade(_section_steps(sos.tobytes(), sos.shape[0]), x, axis,
+                                 None if zi is None else np.asarray(zi, np.float64))
+        if done is not None:
+            return done
     y, finals = x, []
     for s, row in enumerate(sos):
         b, a = _normalized(row[:3], row[3:])
@@ -610,6 +619,31 @@ def _cascade(sos: np.ndarray, ns, x, axis: int, zi):
     if zi is None:
         return y, None
     return y, ns.stack(finals) if finals else zi  # no sections: zi is empty
+
+
+@functools.lru_cache(maxsize=64)
+def _section_steps(coefficients: bytes, count: int) -> tuple:
+    """The sections (``count x 6`` float64 bytes) as `_chunks` steps them, in the forms
+    `_filter` gives a real signal: a conjugate pair as in `_conjugate_pair`, any other
+    section as in `_numerator_then_poles`."""
+    steps, offset = [], 0
+    for row in np.frombuffer(coefficients).reshape(count, 6):
+        b, a = _normalized(row[:3], row[3:])
+        stages = _pole_stages(a)
+        if len(stages) == 1 and len(stages[0]) == 2:
+            pole = stages[0][0]
+            k = b[2] / a[2]
+            c0, c1 = b[0] - k * a[0], b[1] - k * a[1]
+            gap = pole - pole.conjugate()
+            step = _chunks.Section("pair", b, a, offset, gain=float(k), pole=pole,
+                                     residue=complex(2 * (c0 * pole + c1) / gap),
+                                     zi_gain=complex(2 * pole / gap))
+        else:  # real poles: sections have order 2, so no pair comes with another stage
+            step = _chunks.Section("poles", b, a, offset,
+                                     poles=tuple(float(p.real) for (p,) in stages))
+        steps.append(step)
+        offset += step.width
+    return tuple(steps)
 
 
 @public
@@ -1175,7 +1209,9 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
     work, out = _dtypes(ns, x, sos)
     taps = 2 * len(sos) + 1 - min(np.sum(sos[:, 2] == 0), np.sum(sos[:, 5] == 0))
     edge = _edge(x, axis, padtype, padlen, int(taps))
-    x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis)
+    x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
+                                      keep=functools.partial(_chunks.applies,
+                                                             sections=len(sos)))
 
     def run(x, zi):
         return _cascade(sos, ns, x, axis, zi)
