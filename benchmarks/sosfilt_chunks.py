@@ -1,0 +1,116 @@
+"""cuscan.signal.sosfilt on the CPU: the whole cascade in chunks as matrix products.
+
+On float64 NumPy signals whose samples are adjacent (one channel; (C, T) along axis
+-1) `sosfilt` and `sosfiltfilt` run the cascade chunk by chunk as BLAS products
+(`cuscan/signal/_chunks.py`), from `_MIN_LENGTH` samples per channel. Without it
+each section runs as its own recurrences. Times
+both, alternated in one process (so a loaded machine slows both alike), for
+Butterworth low-pass designs of orders 2, 8 and 16, then the chunk lengths 32, 64
+and 128 on the larger shapes; prints chunks / without and each time beside
+`scipy.signal.sosfilt`'s; and (T, C) signals along axis 0, whose steps the cascade
+copies to adjacent samples and back (a single section over more than
+`_MAX_APART_WIDTH` channels runs without: its time-major recurrences are faster);
+writes results/sosfilt_chunks.json.
+
+    python -m benchmarks.sosfilt_chunks
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import scipy.signal
+
+from benchmarks._common import alternated, best_time, environment, write
+from cuscan import signal
+from cuscan.signal import _chunks
+
+SHAPES = [(1, 10**4), (1, 10**5), (1, 10**6), (1, 10**7), (4, 10**6), (64, 156_250),
+          (16, 4096), (256, 256), (1024, 512), (8, 65536)]
+ORDERS = (2, 8, 16)
+LENGTHS = (32, 64, 128)
+APART = [(156_250, 64), (10**6, 4), (10**6, 2), (100_000, 3), (4096, 16), (2048, 512),
+         (512, 2048)]
+
+
+def _always(x, axis: int, sections: int) -> bool:
+    return type(x) is np.ndarray and x.dtype == np.float64 and x.shape[axis] >= 128
+
+
+def _adjacent(x, axis: int, sections: int) -> bool:
+    return _always(x, axis, sections) and abs(x.strides[axis]) == x.itemsize
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    settings = {"chunks": _chunks._MIN_LENGTH, "without": math.inf}
+    rows = []
+    print("sosfilt along axis -1, float64; chunks / without (< 1: the chunks are faster), "
+          "and each / scipy.signal.sosfilt")
+    print(f"{'shape':>12} {'order':>5} {'chunks/without':>15} {'chunks/scipy':>13} "
+          f"{'without/scipy':>14} {'scipy (ms)':>11}")
+    for shape in SHAPES:
+        x = rng.standard_normal(shape)
+        repeats = max(3, min(30, 3 * 10**6 // x.size))
+        for order in ORDERS:
+            sos = scipy.signal.butter(order, 0.05, output="sos")
+            function = functools.partial(signal.sosfilt, sos, x)
+            best = alternated(function, _chunks, "_MIN_LENGTH", settings, repeats)
+            theirs = best_time(functools.partial(scipy.signal.sosfilt, sos, x), repeats)
+            rows.append({"shape": list(shape), "order": order,
+                         "chunk": _chunks._SHORT_CHUNK if order <= 2 else _chunks._CHUNK,
+                         "chunks_s": best["chunks"], "without_s": best["without"],
+                         "scipy_s": theirs})
+            print(f"{'x'.join(map(str, shape)):>12} {order:>5} "
+                  f"{best['chunks'] / best['without']:>15.2f} {best['chunks'] / theirs:>13.2f} "
+                  f"{best['without'] / theirs:>14.2f} {theirs * 1e3:>11.2f}", flush=True)
+    lengths = {str(n): n for n in LENGTHS}
+    by_length = []
+    print("\nchunk length: time / time at the chosen length "
+          f"({_chunks._CHUNK}); the chosen length's time")
+    print(f"{'shape':>12} {'order':>5} " + " ".join(f"{n:>6}" for n in LENGTHS) + "   ms")
+    short = _chunks._SHORT_WIDTH
+    _chunks._SHORT_WIDTH = 0  # every cascade in chunks of _CHUNK
+    try:
+        for shape in SHAPES[2:6]:
+            x = rng.standard_normal(shape)
+            for order in ORDERS:
+                sos = scipy.signal.butter(order, 0.05, output="sos")
+                best = alternated(functools.partial(signal.sosfilt, sos, x), _chunks,
+                                  "_CHUNK", lengths, 3)
+                base = best[str(_chunks._CHUNK)]
+                by_length.append({"shape": list(shape), "order": order, "seconds": best})
+                print(f"{'x'.join(map(str, shape)):>12} {order:>5} "
+                      + " ".join(f"{best[str(n)] / base:>6.2f}" for n in LENGTHS)
+                      + f"   {base * 1e3:.1f}", flush=True)
+    finally:
+        _chunks._SHORT_WIDTH = short
+    apart = []
+    print("\n(T, C) along axis 0: chunks (copied) / without (< 1: the chunks are faster), "
+          "and chunks / scipy")
+    for shape in APART:
+        x = rng.standard_normal(shape)
+        for order in (2, 8):
+            sos = scipy.signal.butter(order, 0.05, output="sos")
+            function = functools.partial(signal.sosfilt, sos, x, axis=0)
+            best = alternated(function, _chunks, "applies",
+                              {"chunks": _always, "without": _adjacent}, 3)
+            theirs = best_time(functools.partial(scipy.signal.sosfilt, sos, x, axis=0), 3)
+            apart.append({"shape": list(shape), "order": order, "chunks_s": best["chunks"],
+                          "without_s": best["without"], "scipy_s": theirs})
+            print(f"{'x'.join(map(str, shape)):>12} {order:>5} "
+                  f"{best['chunks'] / best['without']:>15.2f} {best['chunks'] / theirs:>13.2f}",
+                  flush=True)
+    path = write("sosfilt_chunks", {"environment": environment(), "chunk": _chunks._CHUNK,
+                                    "short_chunk": _chunks._SHORT_CHUNK,
+                                    "min_length": _chunks._MIN_LENGTH,
+                                    "max_apart_width": _chunks._MAX_APART_WIDTH,
+                                    "rows": rows, "chunk_lengths": by_length,
+                                    "apart": apart})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
