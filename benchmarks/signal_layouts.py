@@ -7,7 +7,10 @@ whole filter and copies the result back once, for NumPy arrays and for
 torch, JAX and TensorFlow tensors on the CPU alike. This times ``sosfilt``,
 ``lfilter`` and ``sosfiltfilt`` both ways, the one copy disabled for the
 other, alternated in rounds in one process so that a loaded machine slows
-both alike; NumPy on every shape, each installed framework on three.
+both alike; NumPy on every shape, each installed framework on three. On NumPy
+arrays ``sosfilt`` and ``sosfiltfilt`` now run the whole cascade in chunks
+(benchmarks/sosfilt_chunks.py), which reads the layout as it is and makes no
+such copy, so there both ways run the same code.
 Writes results/signal_layouts.json.
 
     python -m benchmarks.signal_layouts [--libraries numpy torch jax tensorflow]

@@ -575,10 +575,13 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
 
     Notes
     -----
-    Each section runs as its numerator (a three-tap moving sum) and then its
-    poles as first-order linear recurrences, parallel over time: a conjugate
-    pair in one complex recurrence, or two real poles one after the other;
-    see `lfilter`. Accuracy against ``scipy.signal.sosfilt`` on
+    Each section runs as first-order linear recurrences, parallel over time:
+    a conjugate pair as one complex recurrence straight on the section's
+    input (partial fractions), any other section as its numerator (a
+    three-tap moving sum) and a recurrence per real pole; see `lfilter`. On
+    NumPy arrays of at least 128 samples the whole cascade runs chunk by
+    chunk as matrix products instead, its states in the same forms solved as
+    recurrences over the chunks (docs/signal.md). Accuracy against ``scipy.signal.sosfilt`` on
     standard designs (Butterworth, Chebyshev I and II, elliptic, Bessel;
     orders 1 to 12; low-, high-, band-pass and band-stop): maximum error over
     the signal's RMS below 1e-8 in float64 and 5e-3 in float32.
