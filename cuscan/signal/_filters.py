@@ -398,18 +398,25 @@ def _conjugate_pair(b: np.ndarray, a: np.ndarray, pole: complex, ns, x, axis: in
     but is multiplied back by ``Im(p)`` inside the recurrence, as in
     `_numerator_then_poles`'s form for a pair.
     """
-    b = np.pad(b, (0, 3 - b.size)).astype(complex)
-    k = b[2] / a[2]
-    c0, c1 = b[0] - k * a[0], b[1] - k * a[1]
-    gap = pole - pole.conjugate()
-    w = ns.scaled(x, complex(2 * (c0 * pole + c1) / gap))
+    k, residue, zi_residue = _pair_form(b, a, pole)
+    w = ns.scaled(x, residue)
     if zi is not None:
         head = min(2, x.shape[axis])
         w = ns.add_into(w, _along(w, axis, slice(0, head)),
                         ns.scaled(ns.cast(zi[_along(zi, axis, slice(0, head))], dtype),
-                                  2 * pole / gap))
+                                  zi_residue))
     y = ns.real(linear_recurrence(pole, w, axis=axis))
-    return y if k == 0 else y + x * k.real
+    return y if k == 0 else y + x * k
+
+
+def _pair_form(b: np.ndarray, a: np.ndarray, pole: complex) -> tuple[float, complex, complex]:
+    """`_conjugate_pair`'s partial fractions: the direct term ``k``, and twice the
+    residues of the signal (``2 r``) and of SciPy's zi (``2 p / (p - conj(p))``)."""
+    b = np.pad(b, (0, 3 - b.size)).astype(complex)
+    k = b[2] / a[2]
+    c0, c1 = b[0] - k * a[0], b[1] - k * a[1]
+    gap = pole - pole.conjugate()
+    return float(k.real), complex(2 * (c0 * pole + c1) / gap), complex(2 * pole / gap)
 
 
 def _final_state(b, a, ns, x, y, axis, zi, dtype):
@@ -635,12 +642,9 @@ def _section_steps(coefficients: bytes, count: int) -> tuple:
         stages = _pole_stages(a)
         if len(stages) == 1 and len(stages[0]) == 2:
             pole = stages[0][0]
-            k = b[2] / a[2]
-            c0, c1 = b[0] - k * a[0], b[1] - k * a[1]
-            gap = pole - pole.conjugate()
-            step = _chunks.Section("pair", b, a, offset, gain=float(k), pole=pole,
-                                     residue=complex(2 * (c0 * pole + c1) / gap),
-                                     zi_gain=complex(2 * pole / gap))
+            gain, residue, zi_gain = _pair_form(b, a, pole)
+            step = _chunks.Section("pair", b, a, offset, gain=gain, pole=pole,
+                                     residue=residue, zi_gain=zi_gain)
         else:  # real poles: sections have order 2, so no pair comes with another stage
             step = _chunks.Section("poles", b, a, offset,
                                      poles=tuple(float(p.real) for (p,) in stages))
