@@ -1,12 +1,13 @@
-"""Second-order sections of a real signal on the CPU: the whole cascade, chunk by chunk,
-as matrix products.
+"""A real filter on the CPU, chunk by chunk, as matrix products: a cascade of
+second-order sections (`sosfilt`), or one filter of any order up to _MAX_ORDER
+(`lfilter`).
 
-The sections run in the forms `_filters` gives them (a conjugate pair as one complex
-recurrence straight on the section's input, other sections as their numerator and then
-a first-order recurrence per real pole), and their states together, as real numbers,
-make the cascade's state: a pair's complex state, and a numerator's last two inputs and
-a real pole's state. Over a chunk of ``L`` samples the cascade is linear in the chunk
-and its starting state:
+The filters run in the forms `_filters` gives them (a second-order conjugate pair as
+one complex recurrence straight on its input, any other filter as its numerator and
+then a first-order recurrence per real pole or a complex one per pair), and their
+states together, as real numbers, make the cascade's state: a pair's complex state,
+and a numerator's last inputs and each pole's state. Over a chunk of ``L`` samples the
+cascade is linear in the chunk and its starting state:
 
 - the chunk's output is the chunk times the ``L x L`` triangular Toeplitz matrix of the
   cascade's impulse response, plus the starting state times the outputs each element
@@ -21,11 +22,13 @@ recurrence over the chunks (`cuscan.linear_recurrence`, complex for a pair) driv
 the chunks and the stages before it, in the modal form whose accuracy `_filters`
 documents. The samples are read twice (for the chunks' end states, then for the
 output) and the output written once, for the whole cascade, where the sections'
-recurrences pass over the signal several times each. With an initial state, the
-first two samples and the last two run step by step: that takes SciPy's initial state
-in as `_filters` does, and gives the sections' last inputs and outputs, from which
-their final states follow.
+recurrences pass over the signal several times each. SciPy's initial state enters
+each filter's recurrences as impulses at its first samples, so it adds those
+impulses' responses to the first chunks; SciPy's final state is a product of the
+cascade's last state (the transposed direct form's state from the outputs that state
+gives with no input).
 """
+
 
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ from cuscan._api import linear_recurrence
 _CHUNK = 64
 _SHORT_CHUNK = 32
 _SHORT_WIDTH = 4
+_PAIR_CHUNK = 16  # see Section.chunk
 # Used from _MIN_LENGTH samples per channel: from 256 it was faster than the sections'
 # own recurrences on every shape benchmarks/sosfilt_chunks.py measures, and at 128
 # (orders 2 to 16, 1 to 4,096 channels, alternated in one process) it took 0.18 to 0.70
@@ -55,40 +59,62 @@ _MAX_APART_WIDTH = 64
 # The output is formed about _BLOCK_ELEMENTS samples at a time, so that the part the
 # chunks' starting states add to each block is added in cache.
 _BLOCK_ELEMENTS = 16384
+# A filter of higher order (`lfilter`) runs as its own recurrences: the first call with a
+# filter builds its matrices in time growing with the square of its order (about 7 ms
+# for 64 taps, 100 ms for 256).
+_MAX_ORDER = 64
 
 
-def applies(x, axis: int, sections: int) -> bool:
-    """Whether the cascade of ``sections`` runs here: on a float64 NumPy array with enough
-    samples along ``axis``, and unless a step's samples lie apart (copied to adjacent
-    ones and back) in more than _MAX_APART_WIDTH channels for a single section."""
-    if type(x) is not np.ndarray or x.dtype != np.float64 or not sections:
+def applies(x, axis: int, sections: int, order: int = 2) -> bool:
+    """Whether a cascade of ``sections`` second-order sections, or one filter of ``order``
+    (as many sections as it would make), runs here: on a float64 NumPy array with enough
+    samples along ``axis``, for an order up to _MAX_ORDER, and unless a step's samples lie
+    apart (copied to adjacent ones and back) in more than _MAX_APART_WIDTH channels for
+    a single section."""
+    if type(x) is not np.ndarray or x.dtype != np.float64 or not sections \
+            or order > _MAX_ORDER:
         return False
     length = x.shape[axis]
     apart = abs(x.strides[axis]) != x.itemsize and x.size > length
-    return length >= max(_MIN_LENGTH, _CHUNK + 4) and not (
+    return length >= max(_MIN_LENGTH, _CHUNK + 2 * order) and not (
         apart and sections == 1 and x.size > _MAX_APART_WIDTH * length)
 
 
 class Section:
-    """One section's step: ``kind`` "pair" (``gain``, ``residue``, ``pole``, ``zi_gain``)
-    or "poles" (numerator ``b``, real ``poles``); ``b`` and ``a`` (three each) for its
-    final state; ``width`` real states from ``offset`` in the cascade's state."""
+    """One filter's step: ``kind`` "pair" (``gain``, ``residue``, ``pole``, ``zi_gain``) or
+    "poles" (numerator ``b``, then ``poles``: a float for a real pole, a complex number
+    for a conjugate pair run as one complex recurrence); ``b`` and ``a`` for its final
+    state; ``width`` real states from ``offset`` in the cascade's state."""
 
     def __init__(self, kind: str, b: np.ndarray, a: np.ndarray, offset: int, **form):
         self.kind, self.b, self.a, self.offset = kind, b, a, offset
         self.__dict__.update(form)
-        self.width = 2 if kind == "pair" else 2 + len(form["poles"])
+        self.order = max(b.size, a.size) - 1  # SciPy's state: that many numbers
+        # A pair among other stages gives its output as Re(v) + Re(p) / Im(p) Im(v), and
+        # the chunks' recurrence steps Im(v) by Im(p ** L) Re(v), so that the rounding of
+        # Im(v), which Re(p) / Im(p) magnifies, grows with L: the order-10 elliptic
+        # band-stop design of test_lfilter_transfer_function_designs is 2.8e-8 of the RMS
+        # off at L = 64, 1.1e-8 at 32 and 1.9e-9 at 16, and 2.3e-9 as recurrences.
+        self.chunk = _PAIR_CHUNK if kind == "poles" and any(
+            isinstance(p, complex) for p in form["poles"]) else _CHUNK
+        self.width = 2 if kind == "pair" else b.size - 1 + sum(
+            2 if isinstance(p, complex) else 1 for p in form["poles"])
 
     def blocks(self) -> list[tuple[int, int, complex]]:
         """The diagonal blocks of the chunk transition: (first state, size, decay per
         step), a numerator's memory having decay 0."""
         if self.kind == "pair":
             return [(self.offset, 2, self.pole)]
-        return [(self.offset, 1, 0.0), (self.offset + 1, 1, 0.0),
-                *((self.offset + 2 + i, 1, p) for i, p in enumerate(self.poles))]
+        first = self.offset + self.b.size - 1
+        blocks = [(self.offset + k, 1, 0.0) for k in range(self.b.size - 1)]
+        for p in self.poles:
+            size = 2 if isinstance(p, complex) else 1
+            blocks.append((first, size, p))
+            first += size
+        return blocks
 
     def step(self, u, state, zi=None):
-        """The section's output for input ``u``, updating ``state`` (..., width) in place;
+        """The filter's output for input ``u``, updating ``state`` (..., width) in place;
         ``zi`` (..., ) is added to the recurrence's impulse (the initial state)."""
         s = state[..., self.offset:self.offset + self.width]
         if self.kind == "pair":
@@ -98,62 +124,96 @@ class Section:
             v = self.pole * (s[..., 0] + 1j * s[..., 1]) + w
             s[..., 0], s[..., 1] = v.real, v.imag
             return self.gain * u + v.real
-        w = self.b[0] * u + self.b[1] * s[..., 0] + self.b[2] * s[..., 1]
+        memory = self.b.size - 1  # the last inputs, most recent first
+        w = self.b[0] * u + s[..., :memory] @ self.b[1:]
         if zi is not None:
             w = w + zi
-        s[..., 1] = s[..., 0]
-        s[..., 0] = u
-        for i, p in enumerate(self.poles):
-            w = p * s[..., 2 + i] + w
-            s[..., 2 + i] = w
+        if memory:
+            s[..., 1:memory] = s[..., :memory - 1].copy()
+            s[..., 0] = u
+        i = memory
+        for p in self.poles:
+            if isinstance(p, complex):  # Re(v) + Re(p) / Im(p) Im(v), as in _filters
+                v = p * (s[..., i] + 1j * s[..., i + 1]) + w
+                s[..., i], s[..., i + 1] = v.real, v.imag
+                w = v.real + (p.real / p.imag) * v.imag
+                i += 2
+            else:
+                w = p * s[..., i] + w
+                s[..., i] = w
+                i += 1
         return w
 
-    def final(self, u, y) -> list:
-        """SciPy's final state from the last two inputs ``u`` and outputs ``y``."""
-        b, a = self.b, self.a
-        return [b[1] * u[-1] + b[2] * u[-2] - a[1] * y[-1] - a[2] * y[-2],
-                b[2] * u[-1] - a[2] * y[-1]]
 
-
-def _run(sections, signal, state, zi=None, first: int = 0):
+def _run(sections, signal, state, inject=None):
     """The cascade over ``signal`` (..., steps) from ``state`` (..., width), updated in
-    place; SciPy's ``zi`` (sections, ..., 2) enters at absolute steps 0 and 1 (this run
-    starting at ``first``). Returns the output and each section's inputs and outputs
-    of the last two steps."""
+    place; ``inject`` (sections, ...) is added to each section's recurrence's impulse at
+    the first step (as SciPy's zi enters). Returns the output."""
     out = np.empty(signal.shape)
-    recent = [([], []) for _ in sections]
     for t in range(signal.shape[-1]):
         u = signal[..., t]
         for s, section in enumerate(sections):
-            extra = zi[s][..., first + t] if zi is not None and first + t < 2 else None
-            y = section.step(u, state, extra)
-            recent[s][0].append(u)
-            recent[s][1].append(y)
-            u = y
+            u = section.step(u, state, None if inject is None or t else inject[s])
         out[..., t] = u
-    return out, [(inputs[-2:], outputs[-2:]) for inputs, outputs in recent]
+    return out
+
+
+class _Responses:
+    """The cascade's responses over a chunk (`_matrices`)."""
+
+    def __init__(self, **arrays):
+        self.__dict__.update(arrays)
+
+
+def _toeplitz(h: np.ndarray) -> np.ndarray:
+    """The upper-triangular Toeplitz matrix ``T[s, t] = h[t - s]``: a chunk times it is the
+    chunk filtered by the impulse response ``h``."""
+    lag = np.arange(h.size)[None, :] - np.arange(h.size)[:, None]
+    return np.where(lag >= 0, h[np.maximum(lag, 0)], 0.0)
 
 
 @functools.lru_cache(maxsize=32)
-def _matrices(sections: tuple, length: int):
-    """The cascade's responses over ``length`` steps: the output's Toeplitz matrix
-    (length, length) from the impulse response; the states an impulse at step 0 leaves
-    after each step (length, width); and from each unit state with no input, the
-    outputs (width, length) and the states after each step (length, width, width)."""
-    width = sum(s.width for s in sections)
-    impulse = np.zeros((1 + width, length))
-    impulse[0, 0] = 1.0
-    state = np.zeros((1 + width, width))
-    state[1:] = np.eye(width)
-    states = np.empty((length, 1 + width, width))
-    outputs = np.empty((1 + width, length))
+def _matrices(sections: tuple, length: int) -> _Responses:
+    """The cascade's responses over ``length`` steps:
+
+    - ``toeplitz`` (length, length), the output's Toeplitz matrix from the impulse
+      response, and ``after`` (length, width), the states an impulse at step 0 leaves
+      after each step;
+    - from each unit state with no input, the outputs ``free`` (width, length) and the
+      states after each step ``moved`` (length, width, width);
+    - ``injected`` (sections, length, length) and ``injected_after`` (sections, length,
+      width), as ``toeplitz`` and ``after`` for a unit added to a section's
+      recurrence's impulse, as SciPy's zi enters;
+    - ``final``, per section, SciPy's final state (section's width, order) from its own
+      state: with ``y`` the section's output from that state and no input, ``zf[k] =
+      y[k] + sum_{j<=k} a[j] y[k-j]`` (the transposed direct form's state).
+    """
+    width, count = sum(s.width for s in sections), len(sections)
+    rows = 1 + width + count  # the impulse, the unit states, the units injected
+    signal = np.zeros((rows, length))
+    signal[0, 0] = 1.0
+    state = np.zeros((rows, width))
+    state[1:1 + width] = np.eye(width)
+    inject = np.zeros((count, rows))
+    inject[:, 1 + width:] = np.eye(count)
+    states = np.empty((length, rows, width))
+    outputs = np.empty((rows, length))
     for t in range(length):
-        outputs[:, t:t + 1] = _run(sections, impulse[:, t:t + 1], state)[0]
+        outputs[:, t:t + 1] = _run(sections, signal[:, t:t + 1], state,
+                                   None if t else inject)
         states[t] = state
-    h = outputs[0]
-    lag = np.arange(length)[None, :] - np.arange(length)[:, None]
-    toeplitz = np.where(lag >= 0, h[np.maximum(lag, 0)], 0.0)
-    return toeplitz, states[:, 0].copy(), outputs[1:].copy(), states[:, 1:].copy()
+    final = []
+    for s in sections:
+        unit = np.zeros((s.width, width))
+        unit[:, s.offset:s.offset + s.width] = np.eye(s.width)
+        alone = np.stack([s.step(np.zeros(s.width), unit) for _ in range(s.order)], axis=-1)
+        a = np.pad(s.a, (0, s.order + 1 - s.a.size))
+        final.append(alone @ _toeplitz(a[:s.order]))
+    return _Responses(
+        toeplitz=_toeplitz(outputs[0]), after=states[:, 0].copy(),
+        free=outputs[1:1 + width].copy(), moved=states[:, 1:1 + width].copy(),
+        injected=np.stack([_toeplitz(h) for h in outputs[1 + width:]]),
+        injected_after=states[:, 1 + width:].swapaxes(0, 1).copy(), final=final)
 
 
 def _ends(after: np.ndarray, steps: int) -> np.ndarray:
@@ -168,8 +228,9 @@ def _solve(ends: np.ndarray, transition: np.ndarray, blocks, length: int) -> Non
     the previous chunk and then scanned over the chunks with its decay ** length."""
     for first, size, decay in blocks:
         part = slice(first, first + size)
-        if first:
-            ends[:, part, 1:] += transition[:first, part].T @ ends[:, :first, :-1]
+        coupling = transition[:first, part]
+        if coupling.any():  # none for a numerator's memory, chunks outlasting it
+            ends[:, part, 1:] += coupling.T @ ends[:, :first, :-1]
         if decay == 0:
             continue
         if size == 2:
@@ -186,8 +247,8 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi):
     ``zi`` or rest; returns ``(y, zf)`` (zf None without zi), or None where a sample or
     a state is not finite: the sections' recurrences then carry infinities and NaN
     forward as SciPy does, where the products would spread them over their chunk."""
-    width = sum(s.width for s in sections)
-    size = _SHORT_CHUNK if width <= _SHORT_WIDTH else _CHUNK
+    width, count = sum(s.width for s in sections), len(sections)
+    size = min(_SHORT_CHUNK if width <= _SHORT_WIDTH else _CHUNK, *(s.chunk for s in sections))
     signal = np.moveaxis(x, axis, -1)
     apart = signal.strides[-1] != signal.itemsize
     if apart:  # steps apart, or reversed (filtfilt's second pass): copied in tiles
@@ -197,54 +258,56 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi):
     rows = int(np.prod(batch))
     signal = signal.reshape(rows, length)
     if zi is not None:
-        zi = np.moveaxis(zi, 1 + axis, -1).reshape(len(sections), rows, 2)
-    y = np.empty((rows, length))
-    state = np.zeros((rows, width))
-    # With zi: its first two samples step by step, which takes zi in, and its last two,
-    # whose sections' inputs and outputs give zf. The rest in chunks of `size`, and a
-    # shorter one.
-    head, serial = (0, length) if zi is None else (2, length - 2)
-    if zi is not None and not (np.isfinite(zi).all() and np.isfinite(signal[:, :head]).all()):
-        return None
-    y[:, :head] = _run(sections, signal[:, :head], state, zi)[0]
-    chunks, rest = divmod(serial - head, size)
-    stop = head + chunks * size
-    body = signal[:, head:stop].reshape(rows, chunks, size)
-    tail = signal[:, stop:serial]
-    toeplitz, after, free, moved = _matrices(sections, size)
-    transition = moved[-1]
+        zi = np.moveaxis(zi, 1 + axis, -1).reshape(count, rows, zi.shape[1 + axis])
+        if not np.isfinite(zi).all():
+            return None
+    m = _matrices(sections, size)
+    # Chunks of `size` samples, and a shorter one.
+    chunks, rest = divmod(length, size)
+    stop = chunks * size
+    body = signal[:, :stop].reshape(rows, chunks, size)
+    tail = signal[:, stop:]
     # The chunks' end states from rest (rows, width, chunks), with each chunk's sum
     # below them, so that an infinity or NaN anywhere shows.
-    ends = np.concatenate([_ends(after, size), np.ones((size, 1))], axis=1).T @ \
+    ends = np.concatenate([_ends(m.after, size), np.ones((size, 1))], axis=1).T @ \
         body.swapaxes(1, 2)
     if not (np.isfinite(ends).all() and np.isfinite(tail).all()):
         return None
     ends = ends[:, :width]
-    ends[:, :, 0] += state @ transition
-    _solve(ends, transition, [b for s in sections for b in s.blocks()], size)
+    if zi is not None:  # zi enters the first samples as units injected (see `_run`)
+        order = zi.shape[-1]
+        spans = -(-order // size)  # the chunks it reaches
+        injected = np.zeros((count, rows, spans * size))
+        injected[..., :order] = zi
+        injected = injected.reshape(count, rows, spans, size)
+        for s in range(count):
+            ends[:, :, :spans] += (injected[s] @ _ends(m.injected_after[s], size)).swapaxes(1, 2)
+    _solve(ends, m.moved[-1], [b for s in sections for b in s.blocks()], size)
     if not np.isfinite(ends).all():
         return None
-    _output(y[:, head:stop].reshape(rows, chunks, size), body, toeplitz, free, state, ends)
+    y = np.empty((rows, length))
+    _output(y[:, :stop].reshape(rows, chunks, size), body, m.toeplitz, m.free, ends)
+    if zi is not None:
+        y[:, :spans * size] += sum(injected[s] @ m.injected[s]
+                                   for s in range(count)).reshape(rows, spans * size)
     state = ends[:, :, -1]
-    y[:, stop:serial] = tail @ toeplitz[:rest, :rest] + state @ free[:, :rest]
-    if rest:
-        state = state @ moved[rest - 1] + tail @ _ends(after, rest)
-    y[:, serial:], recent = _run(sections, signal[:, serial:], state.copy(), zi, serial)
+    y[:, stop:] = tail @ m.toeplitz[:rest, :rest] + state @ m.free[:, :rest]
     y = np.moveaxis(y.reshape(*batch, length), -1, axis)
     if apart and y.ndim > 1:  # back in row-major order
         y = _numpy_backend._copy(np.empty(y.shape), y)
     if zi is None:
         return y, None
-    zf = np.stack([np.stack(s.final(u, v), axis=-1)
-                   for s, (u, v) in zip(sections, recent, strict=True)])
-    return y, np.moveaxis(zf.reshape(len(sections), *batch, 2), -1, 1 + axis)
+    if rest:
+        state = state @ m.moved[rest - 1] + tail @ _ends(m.after, rest)
+    zf = np.stack([state[:, s.offset:s.offset + s.width] @ final
+                   for s, final in zip(sections, m.final, strict=True)])
+    return y, np.moveaxis(zf.reshape(count, *batch, order), -1, 1 + axis)
 
 
-def _output(out, body, toeplitz, free, start, ends) -> None:
+def _output(out, body, toeplitz, free, ends) -> None:
     """The chunks' output ``out`` (rows, chunks, size): ``body`` times ``toeplitz``, plus
-    each chunk's starting state (``start`` for the first, then the previous chunk's end
-    state from ``ends``) times ``free``, block by block so that the sum is formed in
-    cache."""
+    each chunk's starting state (the previous chunk's end state from ``ends``; rest for
+    the first) times ``free``, block by block so that the sum is formed in cache."""
     rows, chunks, size = out.shape
     step = max(1, _BLOCK_ELEMENTS // size)  # chunks per block
     group = max(1, step // chunks)  # rows per block, where a row's chunks fit in one
@@ -255,6 +318,5 @@ def _output(out, body, toeplitz, free, start, ends) -> None:
             block = out[them, first:last]
             np.matmul(body[them, first:last], toeplitz, out=block)
             if first == 0:
-                block[:, 0] += start[them] @ free
                 first, block = 1, block[:, 1:]
             block += ends[them, :, first - 1:last - 1].swapaxes(1, 2) @ free

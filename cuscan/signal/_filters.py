@@ -332,6 +332,26 @@ def _along(x, axis: int, index) -> tuple:
     return tuple(key)
 
 
+def _chunked(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
+    """`_filter`, or where `_chunks.applies` (on a real filter and signal) the whole filter
+    in chunks as matrix products (`_chunks.cascade`)."""
+    order = max(a.size, b.size) - 1
+    if _chunks.applies(x, axis, (order + 1) // 2, order) and not (
+            np.iscomplexobj(b) or np.iscomplexobj(a)):
+        steps = _filter_steps(b.astype(np.float64).tobytes(), a.astype(np.float64).tobytes())
+        done = _chunks.cascade(steps, x, axis,
+                               None if zi is None else np.asarray(zi, np.float64)[None])
+        if done is not None:
+            y, zf = done
+            return y, None if zf is None else zf[0]
+    return _filter(b, a, ns, x, axis, zi)
+
+
+def _keep(order: int):
+    """`_time_major`'s ``keep`` for a filter of ``order``: where it runs in chunks."""
+    return functools.partial(_chunks.applies, sections=(order + 1) // 2, order=order)
+
+
 def _filter(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
     """One IIR filter ``b(z) / a(z)`` (normalised) along ``axis``; returns y and zf."""
     dtype, out_dtype = _dtypes(ns, x, b, a, state=zi)
@@ -536,9 +556,11 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     ns, x, axis = _signal(x, axis, zi)
     order = max(a.size, b.size) - 1
     zi = _state(ns, zi, x, axis, order)
-    x, time, inward, outward = _time_major(ns, x, axis)
-    y, zf = _filter(b, a, ns, x, time, None if zi is None else inward(zi))
-    return outward(y) if zf is None else (outward(y), outward(zf))
+    work, out = _dtypes(ns, x, b, a, state=zi)
+    x, time, inward, outward = _time_major(ns, ns.cast(x, work), axis, keep=_keep(order))
+    y, zf = _chunked(b, a, ns, x, time, None if zi is None else inward(zi))
+    y = outward(ns.cast(y, out))
+    return y if zf is None else (y, outward(ns.cast(zf, out)))
 
 
 def _sections(sos) -> np.ndarray:
@@ -633,24 +655,33 @@ def _cascade(sos: np.ndarray, ns, x, axis: int, zi):
 
 @functools.lru_cache(maxsize=64)
 def _section_steps(coefficients: bytes, count: int) -> tuple:
-    """The sections (``count x 6`` float64 bytes) as `_chunks` steps them, in the forms
-    `_filter` gives a real signal: a conjugate pair as in `_conjugate_pair`, any other
-    section as in `_numerator_then_poles`."""
+    """The sections (``count x 6`` float64 bytes) as `_chunks` steps them (`_step`)."""
     steps, offset = [], 0
     for row in np.frombuffer(coefficients).reshape(count, 6):
-        b, a = _normalized(row[:3], row[3:])
-        stages = _pole_stages(a)
-        if len(stages) == 1 and len(stages[0]) == 2:
-            pole = stages[0][0]
-            gain, residue, zi_gain = _pair_form(b, a, pole)
-            step = _chunks.Section("pair", b, a, offset, gain=gain, pole=pole,
-                                     residue=residue, zi_gain=zi_gain)
-        else:  # real poles: sections have order 2, so no pair comes with another stage
-            step = _chunks.Section("poles", b, a, offset,
-                                     poles=tuple(float(p.real) for (p,) in stages))
+        step = _step(*_normalized(row[:3], row[3:]), offset)
         steps.append(step)
         offset += step.width
     return tuple(steps)
+
+
+@functools.lru_cache(maxsize=64)
+def _filter_steps(b: bytes, a: bytes) -> tuple:
+    """The filter (float64 bytes of its normalised ``b`` and ``a``) as `_chunks` steps it."""
+    return (_step(np.frombuffer(b), np.frombuffer(a), 0),)
+
+
+def _step(b: np.ndarray, a: np.ndarray, offset: int):
+    """A real filter (normalised) as a `_chunks.Section` whose state starts at ``offset``,
+    in the form `_filter` gives a real signal: a second-order conjugate pair as in
+    `_conjugate_pair`, any other filter as in `_numerator_then_poles`."""
+    stages = _pole_stages(a)
+    if max(a.size, b.size) == 3 and len(stages) == 1 and len(stages[0]) == 2:
+        pole = stages[0][0]
+        gain, residue, zi_gain = _pair_form(b, a, pole)
+        return _chunks.Section("pair", b, a, offset, gain=gain, pole=pole, residue=residue,
+                               zi_gain=zi_gain)
+    return _chunks.Section("poles", b, a, offset, poles=tuple(
+        stage[0] if len(stage) == 2 else float(stage[0].real) for stage in stages))
 
 
 @public
@@ -1068,12 +1099,13 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     work, out = _dtypes(ns, x, b, a)
     if method == "pad":
         edge = _edge(x, axis, padtype, padlen, max(a.size, b.size))
-    x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis)
+    order = max(a.size, b.size) - 1
+    x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis, keep=_keep(order))
     if method == "gust":
         return outward(ns.cast(_gustafsson(b, a, ns, x, axis, irlen), out))
 
     def run(x, zi):
-        return _filter(b, a, ns, x, axis, zi)
+        return _chunked(b, a, ns, x, axis, zi)
 
     y = _forward_backward(run, lfilter_zi(b, a), ns, x, axis, padtype, edge, work)
     return outward(ns.cast(y, out))
@@ -1088,7 +1120,7 @@ def _gustafsson(b: np.ndarray, a: np.ndarray, ns, x, axis: int, irlen: int | Non
         return x * (b[0] * b[0]).item()
 
     def forward(v):
-        return _filter(b, a, ns, v, axis, None)[0]
+        return _chunked(b, a, ns, v, axis, None)[0]
 
     def backward(v):
         return ns.flip(forward(ns.flip(v, axis)), axis)
