@@ -1,0 +1,120 @@
+"""cuscan.signal.lfilter on the CPU: the whole filter in chunks as matrix products.
+
+On float64 NumPy signals `lfilter`, `filtfilt`, `sosfilt` and `sosfiltfilt` run the
+filter chunk by chunk as BLAS products (`cuscan/signal/_chunks.py`), from
+`_MIN_LENGTH` samples per channel and, for `lfilter`, up to order `_MAX_ORDER`.
+Without it each pole (or pair of poles) runs as its own recurrence after the
+numerator's passes. Times both, alternated in one process (so a loaded machine slows
+both alike), and prints chunks / without and each time beside `scipy.signal`'s:
+
+1. `lfilter` on Butterworth low-pass designs of orders 2, 4 and 8 in ``(b, a)`` form
+   and FIR filters of 17 and 65 taps, over one to 256 channels;
+2. a long signal filtered block by block with ``zi`` (streaming), by `lfilter`
+   (order 4) and `sosfilt` (order 8), whose initial and final states enter and leave
+   the chunks as products;
+3. the chunk length for filters whose pairs of poles run among other stages
+   (`_PAIR_CHUNK`, chosen for accuracy): its time against 32 and 64.
+
+Writes results/lfilter_chunks.json.
+
+    python -m benchmarks.lfilter_chunks
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import scipy.signal
+
+from benchmarks._common import alternated, best_time, environment, write
+from cuscan import signal
+from cuscan.signal import _chunks
+
+SHAPES = [(1, 10**4), (1, 10**5), (1, 10**6), (64, 156_250), (16, 4096), (256, 256),
+          (8, 65536)]
+FILTERS = {"butter 2": scipy.signal.butter(2, 0.05), "butter 4": scipy.signal.butter(4, 0.05),
+           "butter 8": scipy.signal.butter(8, 0.05),
+           "fir 17": (scipy.signal.firwin(17, 0.2), np.ones(1)),
+           "fir 65": (scipy.signal.firwin(65, 0.2), np.ones(1))}
+BLOCKS = [(1, 256), (1, 1024), (1, 4096), (8, 1024)]
+SETTINGS = {"chunks": _chunks._MIN_LENGTH, "without": math.inf}
+
+
+def _streamed(function, blocks: list, zi):
+    """Filters the ``blocks`` one after the other, each from the last one's final state."""
+    for block in blocks:
+        _, zi = function(block, zi=zi)
+
+
+def _row(label: str, best: dict, theirs: float) -> None:
+    print(f"{label:>28} {best['chunks'] / best['without']:>15.2f} "
+          f"{best['chunks'] / theirs:>13.2f} {best['without'] / theirs:>14.2f} "
+          f"{theirs * 1e3:>11.3f}", flush=True)
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    header = (f"{'':>28} {'chunks/without':>15} {'chunks/scipy':>13} {'without/scipy':>14} "
+              f"{'scipy (ms)':>11}")
+    rows = []
+    print("lfilter along axis -1, float64; chunks / without (< 1: the chunks are faster), "
+          "and each / scipy.signal.lfilter")
+    print(header)
+    for shape in SHAPES:
+        x = rng.standard_normal(shape)
+        repeats = max(3, min(30, 3 * 10**6 // x.size))
+        for name, (b, a) in FILTERS.items():
+            best = alternated(functools.partial(signal.lfilter, b, a, x), _chunks,
+                              "_MIN_LENGTH", SETTINGS, repeats)
+            theirs = best_time(functools.partial(scipy.signal.lfilter, b, a, x), repeats)
+            rows.append({"shape": list(shape), "filter": name, "chunks_s": best["chunks"],
+                         "without_s": best["without"], "scipy_s": theirs})
+            _row(f"{'x'.join(map(str, shape))} {name}", best, theirs)
+    streams = []
+    print("\nblock by block with zi, 2^16 samples per channel: chunks / without, and each / "
+          "scipy.signal (the whole stream)")
+    print(header)
+    sos = scipy.signal.butter(8, 0.05, output="sos")
+    b, a = FILTERS["butter 4"]
+    for channels, length in BLOCKS:
+        x = rng.standard_normal((channels, 2**16))
+        blocks = np.split(x, 2**16 // length, axis=-1)
+        for name, ours, theirs, zi in (
+                ("lfilter order 4", functools.partial(signal.lfilter, b, a),
+                 functools.partial(scipy.signal.lfilter, b, a), np.zeros((channels, 4))),
+                ("sosfilt order 8", functools.partial(signal.sosfilt, sos),
+                 functools.partial(scipy.signal.sosfilt, sos), np.zeros((4, channels, 2)))):
+            best = alternated(functools.partial(_streamed, ours, blocks, zi), _chunks,
+                              "_MIN_LENGTH", SETTINGS, 3)
+            scipy_s = best_time(functools.partial(_streamed, theirs, blocks, zi), 3)
+            streams.append({"channels": channels, "block": length, "filter": name,
+                            "chunks_s": best["chunks"], "without_s": best["without"],
+                            "scipy_s": scipy_s})
+            _row(f"{channels}x{length} {name}", best, scipy_s)
+    by_length = []
+    lengths = {str(n): n for n in (_chunks._PAIR_CHUNK, 32, 64)}
+    print(f"\npairs among other stages: time at each chunk length / time at "
+          f"{_chunks._PAIR_CHUNK}; that time")
+    for shape in ((1, 10**6), (64, 156_250), (16, 4096)):
+        x = rng.standard_normal(shape)
+        for name in ("butter 4", "butter 8"):
+            b, a = FILTERS[name]
+            best = alternated(functools.partial(signal.lfilter, b, a, x), _chunks,
+                              "_PAIR_CHUNK", lengths, 3)
+            base = best[str(_chunks._PAIR_CHUNK)]
+            by_length.append({"shape": list(shape), "filter": name, "seconds": best})
+            print(f"{'x'.join(map(str, shape)):>12} {name:>9} "
+                  + " ".join(f"{n}: {best[n] / base:.2f}" for n in lengths)
+                  + f"   {base * 1e3:.2f} ms", flush=True)
+    path = write("lfilter_chunks", {"environment": environment(),
+                                    "min_length": _chunks._MIN_LENGTH,
+                                    "max_order": _chunks._MAX_ORDER,
+                                    "pair_chunk": _chunks._PAIR_CHUNK, "rows": rows,
+                                    "streams": streams, "pair_chunk_lengths": by_length})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
