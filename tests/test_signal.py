@@ -67,6 +67,7 @@ def test_sosfilt_chunks(monkeypatch):
     from cuscan.signal import _chunks
 
     monkeypatch.setattr(_chunks, "_BLOCK_ELEMENTS", 200)
+    monkeypatch.setattr(_chunks, "_LOOPED_CHUNKS", 20)  # chunk-level scans of both kinds
     ran = []
     cascade = _chunks.cascade
 
@@ -137,6 +138,7 @@ def test_lfilter_chunks(monkeypatch):
     from cuscan.signal import _chunks
 
     monkeypatch.setattr(_chunks, "_BLOCK_ELEMENTS", 200)
+    monkeypatch.setattr(_chunks, "_LOOPED_CHUNKS", 20)  # chunk-level scans of both kinds
     ran = []
     cascade = _chunks.cascade
 

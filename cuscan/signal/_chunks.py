@@ -46,7 +46,7 @@ from cuscan._api import linear_recurrence
 _CHUNK = 64
 _SHORT_CHUNK = 32
 _SHORT_WIDTH = 4
-_PAIR_CHUNK = 16  # see Section.chunk
+_PAIR_CHUNK = 16  # see Section.pairs
 # Used from _MIN_LENGTH samples per channel: from 256 it was faster than the sections'
 # own recurrences on every shape benchmarks/sosfilt_chunks.py measures, and at 128
 # (orders 2 to 16, 1 to 4,096 channels, alternated in one process) it took 0.18 to 0.70
@@ -59,6 +59,10 @@ _MAX_APART_WIDTH = 64
 # The output is formed about _BLOCK_ELEMENTS samples at a time, so that the part the
 # chunks' starting states add to each block is added in cache.
 _BLOCK_ELEMENTS = 16384
+# Chunk-level recurrences over at most _LOOPED_CHUNKS chunks loop over them: on 1 to
+# 4,096 rows, 64 complex steps took 0.34 to 0.84 of linear_recurrence's time (148 us
+# against 181 for one row), and 128 steps 1.35 for one row.
+_LOOPED_CHUNKS = 64
 # A filter of higher order (`lfilter`) runs as its own recurrences: the first call with a
 # filter builds its matrices in time growing with the square of its order (about 7 ms
 # for 64 taps, 100 ms for 256).
@@ -94,9 +98,9 @@ class Section:
         # the chunks' recurrence steps Im(v) by Im(p ** L) Re(v), so that the rounding of
         # Im(v), which Re(p) / Im(p) magnifies, grows with L: the order-10 elliptic
         # band-stop design of test_lfilter_transfer_function_designs is 2.8e-8 of the RMS
-        # off at L = 64, 1.1e-8 at 32 and 1.9e-9 at 16, and 2.3e-9 as recurrences.
-        self.chunk = _PAIR_CHUNK if kind == "poles" and any(
-            isinstance(p, complex) for p in form["poles"]) else _CHUNK
+        # off at L = 64, 1.1e-8 at 32 and 1.9e-9 at 16, and 2.3e-9 as recurrences. A
+        # cascade with such pairs runs in chunks of _PAIR_CHUNK.
+        self.pairs = kind == "poles" and any(isinstance(p, complex) for p in form["poles"])
         self.width = 2 if kind == "pair" else b.size - 1 + sum(
             2 if isinstance(p, complex) else 1 for p in form["poles"])
 
@@ -234,12 +238,21 @@ def _solve(ends: np.ndarray, transition: np.ndarray, blocks, length: int) -> Non
         if decay == 0:
             continue
         if size == 2:
-            v = linear_recurrence(complex(decay) ** length,
-                                  ends[:, first] + 1j * ends[:, first + 1], axis=-1)
+            v = _scan(complex(decay) ** length, ends[:, first] + 1j * ends[:, first + 1])
             ends[:, first], ends[:, first + 1] = v.real, v.imag
         else:
-            ends[:, first] = linear_recurrence(float(decay.real) ** length, ends[:, first],
-                                               axis=-1)
+            ends[:, first] = _scan(float(decay.real) ** length, ends[:, first])
+
+
+def _scan(decay, v: np.ndarray) -> np.ndarray:
+    """``v[:, k] += decay * v[:, k - 1]`` over the chunks (in place where it loops): up to
+    _LOOPED_CHUNKS of them a step at a time, which costs less than `linear_recurrence`'s
+    checks and dispatch, and otherwise by it."""
+    if v.shape[-1] > _LOOPED_CHUNKS:
+        return linear_recurrence(decay, v, axis=-1)
+    for k in range(1, v.shape[-1]):
+        v[:, k] += decay * v[:, k - 1]
+    return v
 
 
 def cascade(sections: tuple, x: np.ndarray, axis: int, zi):
@@ -248,7 +261,9 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi):
     a state is not finite: the sections' recurrences then carry infinities and NaN
     forward as SciPy does, where the products would spread them over their chunk."""
     width, count = sum(s.width for s in sections), len(sections)
-    size = min(_SHORT_CHUNK if width <= _SHORT_WIDTH else _CHUNK, *(s.chunk for s in sections))
+    size = _SHORT_CHUNK if width <= _SHORT_WIDTH else _CHUNK
+    if any(s.pairs for s in sections):
+        size = min(size, _PAIR_CHUNK)
     signal = np.moveaxis(x, axis, -1)
     apart = signal.strides[-1] != signal.itemsize
     if apart:  # steps apart, or reversed (filtfilt's second pass): copied in tiles
