@@ -540,8 +540,11 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     partial-fraction (parallel) form over all poles, the cascade stays
     accurate for close or repeated poles. The poles are the roots of `a` to
     working precision (refined in exact arithmetic up to order 128), and the
-    stages run in an order that keeps the intermediate signal small. The
-    coefficients of a high-order design rounded to double precision can
+    stages run in an order that keeps the intermediate signal small. On real
+    NumPy signals of at least 128 samples and filters up to order 64 the
+    whole filter runs chunk by chunk as matrix products instead, its states
+    in the same forms solved as recurrences over the chunks (docs/signal.md).
+    The coefficients of a high-order design rounded to double precision can
     describe a different filter from the one designed, even an unstable one,
     whatever computes it: prefer `sosfilt` for designs above order 4 or so.
 
