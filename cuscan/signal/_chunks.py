@@ -18,9 +18,9 @@ cascade is linear in the chunk and its starting state:
 A state only feeds its own stage and the stages after it, so the transition matrix
 is lower triangular by stages, with ``p ** L`` (or 0, for a numerator's memory) on its
 diagonal: the chunks' end states are solved stage by stage, each a first-order
-recurrence over the chunks (`cuscan.linear_recurrence`, complex for a pair) driven by
-the chunks and the stages before it, in the modal form whose accuracy `_filters`
-documents. The samples are read twice (for the chunks' end states, then for the
+recurrence over the chunks (complex for a pair; `cuscan.linear_recurrence` over many
+chunks) driven by the chunks and the stages before it, in the modal form whose accuracy
+`_filters` documents. The samples are read twice (for the chunks' end states, then for the
 output) and the output written once, for the whole cascade, where the sections'
 recurrences pass over the signal several times each. SciPy's initial state enters
 each filter's recurrences as impulses at its first samples, so it adds those
@@ -28,7 +28,6 @@ impulses' responses to the first chunks; SciPy's final state is a product of the
 cascade's last state (the transposed direct form's state from the outputs that state
 gives with no input).
 """
-
 
 from __future__ import annotations
 
