@@ -58,24 +58,34 @@ def test_sosfilt_any_axis_and_complex(backend, axis):
     assert relative_error(result, expected) <= 1e-10
 
 
-def test_sosfilt_chunks(monkeypatch):
+@pytest.fixture
+def chunk_runs(monkeypatch):
+    """Whether each call of `_chunks.cascade` ran (True) or declined (False), with the
+    output formed a few chunks at a time and chunk-level scans both looped and by
+    `linear_recurrence`."""
+    from cuscan.signal import _chunks
+
+    monkeypatch.setattr(_chunks, "_BLOCK_ELEMENTS", 200)
+    monkeypatch.setattr(_chunks, "_LOOPED_CHUNKS", 20)
+    ran = []
+    cascade = _chunks.cascade
+
+    def spy(*args):
+        result = cascade(*args)
+        ran.append(result is not None)
+        return result
+
+    monkeypatch.setattr(_chunks, "cascade", spy)
+    return ran
+
+
+def test_sosfilt_chunks(chunk_runs):
     """The NumPy path that runs the whole cascade in chunks as matrix products: every
     standard design and band against SciPy, with and without zi (and zf), lengths the
     chunks do not divide, any axis, reversed views, the one-section chunk length, results
     formed a few chunks at a time; non-finite samples fall back to the sections'
     recurrences, which carry them forward as SciPy does."""
-    from cuscan.signal import _chunks
-
-    monkeypatch.setattr(_chunks, "_BLOCK_ELEMENTS", 200)
-    monkeypatch.setattr(_chunks, "_LOOPED_CHUNKS", 20)  # chunk-level scans of both kinds
-    ran = []
-    cascade = _chunks.cascade
-
-    def spy(*args):
-        ran.append(cascade(*args) is not None)
-        return cascade(*args)
-
-    monkeypatch.setattr(_chunks, "cascade", spy)
+    ran = chunk_runs
     rng = np.random.default_rng(16)
     x = rng.standard_normal((2, 1000))
     for design in DESIGNS.values():
@@ -129,24 +139,13 @@ def test_sosfilt_chunks(monkeypatch):
             np.testing.assert_allclose(result[:at], expected[:at], rtol=1e-10)
 
 
-def test_lfilter_chunks(monkeypatch):
+def test_lfilter_chunks(chunk_runs):
     """`lfilter`, `filtfilt` and Gustafsson's `filtfilt` through the whole filter in chunks
     as matrix products on NumPy arrays: designs in (b, a) form, FIR filters, a state
     reaching past the first chunk, zi in SciPy's broadcast shapes and zf, any axis and
     reversed views, float32 signals; declined for complex signals, orders above the
     limit and non-finite samples, which the recurrences carry forward as SciPy does."""
-    from cuscan.signal import _chunks
-
-    monkeypatch.setattr(_chunks, "_BLOCK_ELEMENTS", 200)
-    monkeypatch.setattr(_chunks, "_LOOPED_CHUNKS", 20)  # chunk-level scans of both kinds
-    ran = []
-    cascade = _chunks.cascade
-
-    def spy(*args):
-        ran.append(cascade(*args) is not None)
-        return cascade(*args)
-
-    monkeypatch.setattr(_chunks, "cascade", spy)
+    ran = chunk_runs
     rng = np.random.default_rng(17)
     x = rng.standard_normal((2, 1000))
     pairs = np.exp(1j * np.linspace(0.3, 2.8, 9)) * np.linspace(0.6, 0.9, 9)
