@@ -68,12 +68,14 @@ _LOOPED_CHUNKS = 64
 _MAX_ORDER = 64
 
 
-def applies(x, axis: int, sections: int, order: int = 2) -> bool:
+def applies(x, axis: int, sections: int | None = None, order: int = 2) -> bool:
     """Whether a cascade of ``sections`` second-order sections, or one filter of ``order``
-    (as many sections as it would make), runs here: on a float64 NumPy array with enough
-    samples along ``axis``, for an order up to _MAX_ORDER, and unless a step's samples lie
-    apart (copied to adjacent ones and back) in more than _MAX_APART_WIDTH channels for
-    a single section."""
+    (as many sections as it would make, where ``sections`` is None), runs here: on a
+    float64 NumPy array with enough samples along ``axis``, for an order up to _MAX_ORDER,
+    and unless a step's samples lie apart (copied to adjacent ones and back) in more than
+    _MAX_APART_WIDTH channels for a single section."""
+    if sections is None:
+        sections = (order + 1) // 2
     if type(x) is not np.ndarray or x.dtype != np.float64 or not sections \
             or order > _MAX_ORDER:
         return False

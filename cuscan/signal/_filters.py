@@ -335,8 +335,7 @@ def _along(x, axis: int, index) -> tuple:
 def _chunked(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
     """`_filter`, or where `_chunks.applies` (on a real filter and signal) the whole filter
     in chunks as matrix products (`_chunks.cascade`)."""
-    order = max(a.size, b.size) - 1
-    if _chunks.applies(x, axis, (order + 1) // 2, order) and not (
+    if _chunks.applies(x, axis, order=max(a.size, b.size) - 1) and not (
             np.iscomplexobj(b) or np.iscomplexobj(a)):
         steps = _filter_steps(b.astype(np.float64).tobytes(), a.astype(np.float64).tobytes())
         done = _chunks.cascade(steps, x, axis,
@@ -345,11 +344,6 @@ def _chunked(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
             y, zf = done
             return y, None if zf is None else zf[0]
     return _filter(b, a, ns, x, axis, zi)
-
-
-def _keep(order: int):
-    """`_time_major`'s ``keep`` for a filter of ``order``: where it runs in chunks."""
-    return functools.partial(_chunks.applies, sections=(order + 1) // 2, order=order)
 
 
 def _filter(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
@@ -560,7 +554,8 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     order = max(a.size, b.size) - 1
     zi = _state(ns, zi, x, axis, order)
     work, out = _dtypes(ns, x, b, a, state=zi)
-    x, time, inward, outward = _time_major(ns, ns.cast(x, work), axis, keep=_keep(order))
+    x, time, inward, outward = _time_major(ns, ns.cast(x, work), axis,
+                                           keep=functools.partial(_chunks.applies, order=order))
     y, zf = _chunked(b, a, ns, x, time, None if zi is None else inward(zi))
     y = outward(ns.cast(y, out))
     return y if zf is None else (y, outward(ns.cast(zf, out)))
@@ -1102,8 +1097,9 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     work, out = _dtypes(ns, x, b, a)
     if method == "pad":
         edge = _edge(x, axis, padtype, padlen, max(a.size, b.size))
-    order = max(a.size, b.size) - 1
-    x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis, keep=_keep(order))
+    x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
+                                      keep=functools.partial(_chunks.applies,
+                                                             order=max(a.size, b.size) - 1))
     if method == "gust":
         return outward(ns.cast(_gustafsson(b, a, ns, x, axis, irlen), out))
 
