@@ -61,12 +61,13 @@ def test_sosfilt_any_axis_and_complex(backend, axis):
 @pytest.fixture
 def chunk_runs(monkeypatch):
     """Whether each call of `_chunks.cascade` ran (True) or declined (False), with the
-    output formed a few chunks at a time and chunk-level scans both looped and by
-    `linear_recurrence`."""
+    output formed a few chunks at a time and chunk-level scans both as products, in
+    blocks of a few chunks, and by `linear_recurrence`."""
     from cuscan.signal import _chunks
 
     monkeypatch.setattr(_chunks, "_BLOCK_ELEMENTS", 200)
-    monkeypatch.setattr(_chunks, "_LOOPED_CHUNKS", 20)
+    monkeypatch.setattr(_chunks, "_SCAN_BLOCK", 4)
+    monkeypatch.setattr(_chunks, "_MATRIX_SCAN_ELEMENTS", 40)
     ran = []
     cascade = _chunks.cascade
 
@@ -77,6 +78,28 @@ def chunk_runs(monkeypatch):
 
     monkeypatch.setattr(_chunks, "cascade", spy)
     return ran
+
+
+@pytest.mark.parametrize("decay", [0.93, -0.5, 0.95 * np.exp(0.3j), 1e-300j, 0j, 0.0])
+def test_chunk_scan(monkeypatch, decay):
+    """The chunks' recurrences: as products in blocks (nested: 4 ** 3 < 97 chunks) and by
+    `linear_recurrence`, against a loop, for real and complex decays (whose powers are
+    cached apart where the values compare equal, as 0.0 and 0j do)."""
+    from cuscan.signal import _chunks
+
+    monkeypatch.setattr(_chunks, "_SCAN_BLOCK", 4)
+    rng = np.random.default_rng(17)
+    for elements in (0, 10**6):
+        monkeypatch.setattr(_chunks, "_MATRIX_SCAN_ELEMENTS", elements)
+        for rows, chunks in [(0, 5), (3, 0), (1, 1), (2, 4), (3, 5), (2, 17), (1, 97)]:
+            v = rng.standard_normal((rows, chunks)) * (1 + 1j if isinstance(decay, complex)
+                                                       else 1)
+            expected = v.copy()
+            for k in range(1, chunks):
+                expected[:, k] += decay * expected[:, k - 1]
+            result = _chunks._scan(decay, v.copy())
+            assert result.dtype == v.dtype and result.shape == v.shape
+            np.testing.assert_allclose(result, expected, rtol=1e-13, atol=1e-13)
 
 
 def test_sosfilt_chunks(chunk_runs):

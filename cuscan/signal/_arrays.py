@@ -53,7 +53,7 @@ class _Arrays:
 
     def kind(self, x) -> str:
         dtype = np.dtype(x.dtype)
-        return "f" if dtype.name == "bfloat16" else dtype.kind
+        return "f" if dtype.kind == "V" and dtype.name == "bfloat16" else dtype.kind
 
     def itemsize(self, x) -> int:
         return np.dtype(x.dtype).itemsize

@@ -15,23 +15,24 @@ cascade is linear in the chunk and its starting state:
 - its end state is the chunk times the end states its impulses leave, plus the
   starting state times the ``L``-step transition matrix.
 
-A state only feeds its own stage and the stages after it, so the transition matrix
-is lower triangular by stages, with ``p ** L`` (or 0, for a numerator's memory) on its
+A state only feeds its own stage and the stages after it, so the transition matrix is
+lower triangular by stages, with ``p ** L`` (or 0, for a numerator's memory) on its
 diagonal: the chunks' end states are solved stage by stage, each a first-order
-recurrence over the chunks (complex for a pair; `cuscan.linear_recurrence` over many
-chunks) driven by the chunks and the stages before it, in the modal form whose accuracy
-`_filters` documents. The samples are read twice (for the chunks' end states, then for the
-output) and the output written once, for the whole cascade, where the sections'
-recurrences pass over the signal several times each. SciPy's initial state enters
-each filter's recurrences as impulses at its first samples, so it adds those
-impulses' responses to the first chunks; SciPy's final state is a product of the
-cascade's last state (the transposed direct form's state from the outputs that state
-gives with no input).
+recurrence over the chunks (complex for a pair; products with the powers of its decay,
+or `cuscan.linear_recurrence` over many chunks) driven by the chunks and the stages
+before it, in the modal form whose accuracy `_filters` documents. The samples are read
+twice (for the chunks' end states, then for the output) and the output written once, for
+the whole cascade, where the sections' recurrences pass over the signal several times
+each. SciPy's initial state enters each filter's recurrences as impulses at its first
+samples, so it adds those impulses' responses to the first chunks; SciPy's final state
+is a product of the cascade's last state (the transposed direct form's state from the
+outputs that state gives with no input).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -58,10 +59,14 @@ _MAX_APART_WIDTH = 64
 # The output is formed about _BLOCK_ELEMENTS samples at a time, so that the part the
 # chunks' starting states add to each block is added in cache.
 _BLOCK_ELEMENTS = 16384
-# Chunk-level recurrences over at most _LOOPED_CHUNKS chunks loop over them: on 1 to
-# 4,096 rows, 64 complex steps took 0.34 to 0.84 of linear_recurrence's time (148 us
-# against 181 for one row), and 128 steps 1.35 for one row.
-_LOOPED_CHUNKS = 64
+# Chunk-level recurrences over at most _MATRIX_SCAN_ELEMENTS values (rows x chunks) are
+# products with the powers of their decay, in blocks of _SCAN_BLOCK chunks: a product
+# costs about _SCAN_BLOCK multiply-adds per value where `linear_recurrence` costs a few
+# plus about 80 us of checks and dispatch a call. Complex, alternated in one process:
+# 1 x 1,024 chunks took 13 us against its 141, 64 x 256 121 against 269, 1 x 16,384 275
+# against 300, and 512 x 1,024 3.9 ms against 3.9; 8 x 262,144 took 27 ms against 15.
+_SCAN_BLOCK = 32
+_MATRIX_SCAN_ELEMENTS = 16384
 # A filter of higher order (`lfilter`) runs as its own recurrences: the first call with a
 # filter builds its matrices in time growing with the square of its order (about 7 ms
 # for 64 taps, 100 ms for 256).
@@ -186,12 +191,17 @@ def _matrices(sections: tuple, length: int) -> _Responses:
       after each step;
     - from each unit state with no input, the outputs ``free`` (width, length) and the
       states after each step ``moved`` (length, width, width);
-    - ``injected`` (sections, length, length) and ``injected_after`` (sections, length,
-      width), as ``toeplitz`` and ``after`` for a unit added to a section's
-      recurrence's impulse, as SciPy's zi enters;
+    - ``injected`` (sections x length, length) and ``injected_ends`` (sections x length,
+      width), as ``toeplitz`` and the end states of `_ends` for a unit added to a
+      section's recurrence's impulse, as SciPy's zi enters, the sections' stacked;
     - ``final``, per section, SciPy's final state (section's width, order) from its own
       state: with ``y`` the section's output from that state and no input, ``zf[k] =
-      y[k] + sum_{j<=k} a[j] y[k-j]`` (the transposed direct form's state).
+      y[k] + sum_{j<=k} a[j] y[k-j]`` (the transposed direct form's state);
+    - ``sums`` (width + 1, length), the end state each sample of a chunk leaves (`_ends`)
+      and a row of ones (the chunk's sum), and ``stages``, the chunk-level recurrences
+      `_solve` runs: per diagonal block of the ``length``-step transition, its first
+      state, size, coupling to the states before it (None where there is none) and
+      decay.
     """
     width, count = sum(s.width for s in sections), len(sections)
     rows = 1 + width + count  # the impulse, the unit states, the units injected
@@ -214,11 +224,19 @@ def _matrices(sections: tuple, length: int) -> _Responses:
         alone = np.stack([s.step(np.zeros(s.width), unit) for _ in range(s.order)], axis=-1)
         a = np.pad(s.a, (0, s.order + 1 - s.a.size))
         final.append(alone @ _toeplitz(a[:s.order]))
+    after, moved = states[:, 0].copy(), states[:, 1:1 + width].copy()
+    stages = []
+    for first, size, decay in (block for s in sections for block in s.blocks()):
+        coupling = moved[-1, :first, first:first + size].T.copy()
+        stages.append((first, size, coupling if coupling.any() else None,
+                       complex(decay) ** length if size == 2 else float(decay.real) ** length))
     return _Responses(
-        toeplitz=_toeplitz(outputs[0]), after=states[:, 0].copy(),
-        free=outputs[1:1 + width].copy(), moved=states[:, 1:1 + width].copy(),
-        injected=np.stack([_toeplitz(h) for h in outputs[1 + width:]]),
-        injected_after=states[:, 1 + width:].swapaxes(0, 1).copy(), final=final)
+        toeplitz=_toeplitz(outputs[0]), after=after, free=outputs[1:1 + width].copy(),
+        moved=moved, stages=stages,
+        sums=np.concatenate([_ends(after, length), np.ones((length, 1))], axis=1).T.copy(),
+        injected=np.concatenate([_toeplitz(h) for h in outputs[1 + width:]]),
+        injected_ends=np.concatenate([_ends(states[:, 1 + width + s], length)
+                                      for s in range(count)]), final=final)
 
 
 def _ends(after: np.ndarray, steps: int) -> np.ndarray:
@@ -227,33 +245,53 @@ def _ends(after: np.ndarray, steps: int) -> np.ndarray:
     return after[steps - 1::-1] if steps else after[:0]
 
 
-def _solve(ends: np.ndarray, transition: np.ndarray, blocks, length: int) -> None:
+def _solve(ends: np.ndarray, stages) -> None:
     """In place, the chunks' end states from the chunks' own contributions ``ends``
-    (batch, width, chunks): stage by stage, each block driven by the blocks before it at
-    the previous chunk and then scanned over the chunks with its decay ** length."""
-    for first, size, decay in blocks:
-        part = slice(first, first + size)
-        coupling = transition[:first, part]
-        if coupling.any():  # none for a numerator's memory, chunks outlasting it
-            ends[:, part, 1:] += coupling.T @ ends[:, :first, :-1]
-        if decay == 0:
+    (batch, width, chunks): stage by stage (`_matrices`' ``stages``), each block driven
+    by the blocks before it at the previous chunk and then scanned over the chunks."""
+    for first, size, coupling, decay in stages:
+        if coupling is not None:  # none for a numerator's memory, chunks outlasting it
+            ends[:, first:first + size, 1:] += coupling @ ends[:, :first, :-1]
+        if decay == 0:  # a numerator's memory
             continue
         if size == 2:
-            v = _scan(complex(decay) ** length, ends[:, first] + 1j * ends[:, first + 1])
+            v = _scan(decay, ends[:, first] + 1j * ends[:, first + 1])
             ends[:, first], ends[:, first + 1] = v.real, v.imag
         else:
-            ends[:, first] = _scan(float(decay.real) ** length, ends[:, first])
+            ends[:, first] = _scan(decay, ends[:, first])
 
 
 def _scan(decay, v: np.ndarray) -> np.ndarray:
-    """``v[:, k] += decay * v[:, k - 1]`` over the chunks (in place where it loops): up to
-    _LOOPED_CHUNKS of them a step at a time, which costs less than `linear_recurrence`'s
-    checks and dispatch, and otherwise by it."""
-    if v.shape[-1] > _LOOPED_CHUNKS:
+    """``v[:, k] += decay * v[:, k - 1]`` over the chunks (rows, chunks): up to
+    _MATRIX_SCAN_ELEMENTS values as products (`_powers_scan`), otherwise by `linear_recurrence`."""
+    if v.size > _MATRIX_SCAN_ELEMENTS:
         return linear_recurrence(decay, v, axis=-1)
-    for k in range(1, v.shape[-1]):
-        v[:, k] += decay * v[:, k - 1]
-    return v
+    return _powers_scan(decay, v)
+
+
+def _powers_scan(decay, v: np.ndarray) -> np.ndarray:
+    """`_scan` as products: blocks of _SCAN_BLOCK chunks from rest, each times the
+    powers of ``decay``; their end states scanned in turn over the blocks (``decay **
+    _SCAN_BLOCK``), and each block's start state then carried into it."""
+    rows, count = v.shape
+    if count <= _SCAN_BLOCK:
+        return v @ _powers(decay, count)
+    blocks = -(-count // _SCAN_BLOCK)
+    padded = np.zeros((rows, blocks * _SCAN_BLOCK), v.dtype)
+    padded[:, :count] = v
+    powers = _powers(decay, _SCAN_BLOCK)
+    w = (padded.reshape(-1, _SCAN_BLOCK) @ powers).reshape(rows, blocks, _SCAN_BLOCK)
+    starts = _powers_scan(decay ** _SCAN_BLOCK, w[:, :-1, -1])
+    w[:, 1:] += starts[:, :, None] * (decay * powers[0])
+    return w.reshape(rows, blocks * _SCAN_BLOCK)[:, :count]
+
+
+@functools.lru_cache(maxsize=256, typed=True)  # typed: 0.0 == 0j, but not their powers
+def _powers(decay, count: int) -> np.ndarray:
+    """The upper-triangular ``P[j, k] = decay ** (k - j)`` (count x count), real for a
+    float ``decay``: a row of values times it is their recurrence with ``decay`` from
+    rest."""
+    return _toeplitz(decay ** np.arange(count))
 
 
 def cascade(sections: tuple, x: np.ndarray, axis: int, zi):
@@ -265,16 +303,16 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi):
     size = _SHORT_CHUNK if width <= _SHORT_WIDTH else _CHUNK
     if any(s.pairs for s in sections):
         size = min(size, _PAIR_CHUNK)
-    signal = np.moveaxis(x, axis, -1)
+    signal = _moved(x, axis, -1)
     apart = signal.strides[-1] != signal.itemsize
     if apart:  # steps apart, or reversed (filtfilt's second pass): copied in tiles
         signal = _numpy_backend._copy(np.empty(signal.shape), signal) if signal.ndim > 1 \
             else np.ascontiguousarray(signal)
     batch, length = signal.shape[:-1], signal.shape[-1]
-    rows = int(np.prod(batch))
+    rows = math.prod(batch)
     signal = signal.reshape(rows, length)
     if zi is not None:
-        zi = np.moveaxis(zi, 1 + axis, -1).reshape(count, rows, zi.shape[1 + axis])
+        zi = _moved(zi, 1 + axis, -1).reshape(count, rows, zi.shape[1 + axis])
         if not np.isfinite(zi).all():
             return None
     m = _matrices(sections, size)
@@ -285,8 +323,7 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi):
     tail = signal[:, stop:]
     # The chunks' end states from rest (rows, width, chunks), with each chunk's sum
     # below them, so that an infinity or NaN anywhere shows.
-    ends = np.concatenate([_ends(m.after, size), np.ones((size, 1))], axis=1).T @ \
-        body.swapaxes(1, 2)
+    ends = m.sums @ body.swapaxes(1, 2)
     if not (np.isfinite(ends).all() and np.isfinite(tail).all()):
         return None
     ends = ends[:, :width]
@@ -295,20 +332,20 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi):
         spans = -(-order // size)  # the chunks it reaches
         injected = np.zeros((count, rows, spans * size))
         injected[..., :order] = zi
-        injected = injected.reshape(count, rows, spans, size)
-        for s in range(count):
-            ends[:, :, :spans] += (injected[s] @ _ends(m.injected_after[s], size)).swapaxes(1, 2)
-    _solve(ends, m.moved[-1], [b for s in sections for b in s.blocks()], size)
+        # (rows, spans, sections x size), as `_matrices` stacks the sections' responses
+        injected = injected.reshape(count, rows, spans, size).transpose(1, 2, 0, 3).reshape(
+            rows, spans, count * size)
+        ends[:, :, :spans] += (injected @ m.injected_ends).swapaxes(1, 2)
+    _solve(ends, m.stages)
     if not np.isfinite(ends).all():
         return None
     y = np.empty((rows, length))
     _output(y[:, :stop].reshape(rows, chunks, size), body, m.toeplitz, m.free, ends)
     if zi is not None:
-        y[:, :spans * size] += sum(injected[s] @ m.injected[s]
-                                   for s in range(count)).reshape(rows, spans * size)
+        y[:, :spans * size] += (injected @ m.injected).reshape(rows, spans * size)
     state = ends[:, :, -1]
     y[:, stop:] = tail @ m.toeplitz[:rest, :rest] + state @ m.free[:, :rest]
-    y = np.moveaxis(y.reshape(*batch, length), -1, axis)
+    y = _moved(y.reshape(*batch, length), -1, axis)
     if apart and y.ndim > 1:  # back in row-major order
         y = _numpy_backend._copy(np.empty(y.shape), y)
     if zi is None:
@@ -317,7 +354,14 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi):
         state = state @ m.moved[rest - 1] + tail @ _ends(m.after, rest)
     zf = np.stack([state[:, s.offset:s.offset + s.width] @ final
                    for s, final in zip(sections, m.final, strict=True)])
-    return y, np.moveaxis(zf.reshape(count, *batch, order), -1, 1 + axis)
+    return y, _moved(zf.reshape(count, *batch, order), -1, 1 + axis)
+
+
+def _moved(v: np.ndarray, source: int, destination: int) -> np.ndarray:
+    """``np.moveaxis(v, source, destination)``, without its cost where that is ``v``."""
+    if source % v.ndim == destination % v.ndim:
+        return v
+    return np.moveaxis(v, source, destination)
 
 
 def _output(out, body, toeplitz, free, ends) -> None:
