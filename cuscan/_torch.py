@@ -122,6 +122,17 @@ def _differentiated(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+def _forward_mode() -> bool:
+    """Whether a forward-mode AD level is open (dual tensors may flow)."""
+    return getattr(torch.autograd.forward_ad, "_current_level", 0) >= 0
+
+
+def _untracked(*tensors) -> bool:
+    """Whether nothing records a call on ``tensors``: no autograd in either mode, and
+    eagerly (`_eager`), so that it may be computed outside torch altogether."""
+    return not _forward_mode() and not _differentiated(*tensors) and _eager(*tensors)
+
+
 def _plain(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` holds its data itself: of a type that overrides no operation,
     not a meta tensor, and not wrapped by torch.func's or autograd's batching (as in
@@ -409,7 +420,7 @@ class _DualRecurrence(_Recurrence):
 def _recurrence(decays, impulses, initial_state, axis, reverse, method) -> torch.Tensor:
     """`_forward`, differentiable: with forward-mode AD when a dual level is open (the
     plain function otherwise, which is what torch.compile can trace)."""
-    forward_mode = getattr(torch.autograd.forward_ad, "_current_level", 0) >= 0
+    forward_mode = _forward_mode()
     if torch.jit.is_tracing():
         # A trace records the operator, whose registered derivative is the VJP operator:
         # the same graph whether or not the inputs require grad (an autograd function

@@ -98,7 +98,8 @@ def test_chunk_scan(monkeypatch, decay):
             for k in range(1, chunks):
                 expected[:, k] += decay * expected[:, k - 1]
             result = _chunks._scan(decay, v.copy())
-            assert result.dtype == v.dtype and result.shape == v.shape
+            assert result.dtype == v.dtype
+            assert result.shape == v.shape
             np.testing.assert_allclose(result, expected, rtol=1e-13, atol=1e-13)
 
 
@@ -1277,6 +1278,53 @@ def test_framework_time_contiguous_layouts(framework, shape, axis):
     np.testing.assert_allclose(grads[1], np.moveaxis(expected[1], 1, 1 + axis % x.ndim),
                                rtol=1e-10,
                                atol=1e-10 * np.abs(expected[1]).max())
+
+
+def test_framework_chunks(framework, chunk_runs):
+    """On the CPU, torch tensors that nothing differentiates and concrete JAX arrays are
+    filtered in chunks on NumPy views of their memory, as NumPy arrays are, and come back
+    as the framework's tensors; tensors autograd records (either mode), traced arrays and
+    TensorFlow's tensors (a tape may watch them unseen) run the stages' recurrences, which
+    differentiate."""
+    rng = np.random.default_rng(18)
+    x, zi = rng.standard_normal((3, 500)), rng.standard_normal((4, 3, 2))
+    sos = ss.butter(8, 0.1, output="sos")
+    b, a = ss.butter(4, 0.1)
+
+    def run(x, zi):
+        return (*signal.sosfilt(sos, x, zi=zi), signal.lfilter(b, a, x),
+                signal.filtfilt(b, a, x), signal.sosfiltfilt(sos, x))
+
+    expected = (*ss.sosfilt(sos, x, zi=zi), ss.lfilter(b, a, x), ss.filtfilt(b, a, x),
+                ss.sosfiltfilt(sos, x))
+    results = run(framework.tensor(x), framework.tensor(zi))
+    for result, want in zip(results, expected, strict=True):
+        assert framework.is_native(result)
+        assert relative_error(framework.array(result), want) <= 1e-12
+    chunked = framework.device.lower() == "cpu" and framework.name != "tf"
+    assert chunk_runs == [True] * 6 if chunked else not chunk_runs
+    chunk_runs.clear()
+    module = framework.module
+    if framework.name == "torch":
+        tensor = framework.tensor(x).requires_grad_()
+        run(tensor, framework.tensor(zi))[0].sum().backward()
+        assert not chunk_runs
+        with module.no_grad():
+            run(tensor, framework.tensor(zi))
+        assert chunk_runs == [True] * 6 if chunked else not chunk_runs
+        chunk_runs.clear()
+        import torch.autograd.forward_ad as fwAD
+
+        tangent = rng.standard_normal(x.shape)
+        with fwAD.dual_level():
+            dual = fwAD.make_dual(framework.tensor(x), framework.tensor(tangent))
+            y = signal.sosfilt(sos, dual)
+            np.testing.assert_allclose(framework.array(fwAD.unpack_dual(y).tangent),
+                                       ss.sosfilt(sos, tangent), rtol=1e-10, atol=1e-12)
+        assert not chunk_runs
+    if framework.name == "jax":
+        module.jit(lambda x, zi: run(x, zi))(framework.tensor(x), framework.tensor(zi))
+        assert not chunk_runs
 
 
 def test_framework_zero_phase(framework):

@@ -91,6 +91,19 @@ class _Arrays:
         """Whether ``x`` is computed on by the NumPy backend."""
         return self.xp is np
 
+    def numpy_views(self, *arrays) -> tuple | None:
+        """``arrays`` (None kept) as NumPy arrays sharing their memory, where the filters
+        may compute on them with NumPy alone and give `from_numpy` the result: NumPy
+        arrays, and CPU tensors that no autodiff, transform or trace records (the result
+        would not be differentiable); None otherwise."""
+        if self.xp is np and all(a is None or isinstance(a, np.ndarray) for a in arrays):
+            return arrays
+        return None
+
+    def from_numpy(self, y: np.ndarray):
+        """A NumPy result as this library's array (`numpy_views`)."""
+        return y
+
     def strides(self, x) -> tuple[int, ...]:
         """``x``'s strides in bytes."""
         return x.strides
@@ -196,6 +209,17 @@ class _Torch(_Arrays):
     def on_host(self, x) -> bool:
         return x.device.type == "cpu" and not self._adapter._distributed(x)
 
+    def numpy_views(self, *arrays) -> tuple | None:
+        tensors = [a for a in arrays if a is not None]
+        if not all(isinstance(t, self.torch.Tensor) and t.device.type == "cpu"
+                   and not (t.is_conj() or t.is_neg()) for t in tensors) \
+                or not self._adapter._untracked(*tensors):
+            return None
+        return tuple(None if a is None else a.detach().numpy() for a in arrays)
+
+    def from_numpy(self, y: np.ndarray):
+        return self.torch.from_numpy(y)
+
     def strides(self, x) -> tuple[int, ...]:
         return tuple(stride * x.dtype.itemsize for stride in x.stride())
 
@@ -286,6 +310,16 @@ class _Jax(_Arrays):
         if dtype is not None and self.jax.dtypes.issubdtype(dtype, self.jax.dtypes.extended):
             raise unsupported(name, dtype)  # random keys
         return value
+
+    def numpy_views(self, *arrays) -> tuple | None:
+        # A concrete array is never differentiated: JAX's transforms trace.
+        if not all(a is None or (isinstance(a, self.jax.Array) and self.concrete(a)
+                                 and self.on_host(a)) for a in arrays):
+            return None
+        return tuple(None if a is None else np.asarray(a) for a in arrays)
+
+    def from_numpy(self, y: np.ndarray):
+        return self.xp.asarray(y)
 
     def on_host(self, x) -> bool:
         if self._adapter._sharding(x) is not None:  # a split over devices is kept as it is

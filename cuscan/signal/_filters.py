@@ -332,17 +332,33 @@ def _along(x, axis: int, index) -> tuple:
     return tuple(key)
 
 
+def _on_chunks(ns, x, axis: int, zi=None, **size) -> tuple | None:
+    """NumPy views of ``x`` and ``zi`` (`numpy_views`) where a filter of that ``size``
+    (`_chunks.applies`' arguments) runs on them in chunks, else None."""
+    views = ns.numpy_views(x, zi)
+    if views is None or not _chunks.applies(views[0], axis, **size):
+        return None
+    return views
+
+
+def _keep(ns, **size):
+    """`_time_major`'s ``keep`` for a filter of that ``size``: whether it runs in chunks
+    on the signal as it is laid out."""
+    return lambda x, axis: _on_chunks(ns, x, axis, **size) is not None
+
+
 def _chunked(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
-    """`_filter`, or where `_chunks.applies` (on a real filter and signal) the whole filter
-    in chunks as matrix products (`_chunks.cascade`)."""
-    if _chunks.applies(x, axis, order=max(a.size, b.size) - 1) and not (
-            np.iscomplexobj(b) or np.iscomplexobj(a)):
+    """`_filter`, or where `_on_chunks` (on a real filter and signal) the whole filter in
+    chunks as matrix products (`_chunks.cascade`)."""
+    views = None if np.iscomplexobj(b) or np.iscomplexobj(a) else _on_chunks(
+        ns, x, axis, zi, order=max(a.size, b.size) - 1)
+    if views is not None:
         steps = _filter_steps(b.astype(np.float64).tobytes(), a.astype(np.float64).tobytes())
-        done = _chunks.cascade(steps, x, axis,
-                               None if zi is None else np.asarray(zi, np.float64)[None])
+        done = _chunks.cascade(steps, views[0], axis, None if zi is None else
+                               np.asarray(views[1], np.float64)[None])
         if done is not None:
             y, zf = done
-            return y, None if zf is None else zf[0]
+            return ns.from_numpy(y), None if zf is None else ns.from_numpy(zf[0])
     return _filter(b, a, ns, x, axis, zi)
 
 
@@ -555,7 +571,7 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     zi = _state(ns, zi, x, axis, order)
     work, out = _dtypes(ns, x, b, a, state=zi)
     x, time, inward, outward = _time_major(ns, ns.cast(x, work), axis,
-                                           keep=functools.partial(_chunks.applies, order=order))
+                                           keep=_keep(ns, order=order))
     y, zf = _chunked(b, a, ns, x, time, None if zi is None else inward(zi))
     y = outward(ns.cast(y, out))
     return y if zf is None else (y, outward(ns.cast(zf, out)))
@@ -626,8 +642,7 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     zi = _state(ns, zi, x, axis, 2, sections=sos.shape[0])
     work, out = _dtypes(ns, x, sos, state=zi)
     x, time, inward, outward = _time_major(ns, ns.cast(x, work), axis,
-                                           keep=functools.partial(_chunks.applies,
-                                                                  sections=len(sos)))
+                                           keep=_keep(ns, sections=len(sos)))
     y, zf = _cascade(sos, ns, x, time, None if zi is None else inward(zi, lead=1))
     y = outward(ns.cast(y, out))
     return y if zi is None else (y, outward(ns.cast(zf, out), lead=1))
@@ -636,11 +651,13 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
 def _cascade(sos: np.ndarray, ns, x, axis: int, zi):
     """The sections one after the other, in ``x``'s (double) precision; returns y and the
     stacked zf (None without zi)."""
-    if _chunks.applies(x, axis, sos.shape[0]):
-        done = _chunks.cascade(_section_steps(sos.tobytes(), sos.shape[0]), x, axis,
-                                 None if zi is None else np.asarray(zi, np.float64))
+    views = _on_chunks(ns, x, axis, zi, sections=sos.shape[0])
+    if views is not None:
+        done = _chunks.cascade(_section_steps(sos.tobytes(), sos.shape[0]), views[0], axis,
+                               None if zi is None else np.asarray(views[1], np.float64))
         if done is not None:
-            return done
+            y, zf = done
+            return ns.from_numpy(y), None if zf is None else ns.from_numpy(zf)
     y, finals = x, []
     for s, row in enumerate(sos):
         b, a = _normalized(row[:3], row[3:])
@@ -1098,8 +1115,7 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     if method == "pad":
         edge = _edge(x, axis, padtype, padlen, max(a.size, b.size))
     x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
-                                      keep=functools.partial(_chunks.applies,
-                                                             order=max(a.size, b.size) - 1))
+                                      keep=_keep(ns, order=max(a.size, b.size) - 1))
     if method == "gust":
         return outward(ns.cast(_gustafsson(b, a, ns, x, axis, irlen), out))
 
@@ -1248,8 +1264,7 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
     taps = 2 * len(sos) + 1 - min(np.sum(sos[:, 2] == 0), np.sum(sos[:, 5] == 0))
     edge = _edge(x, axis, padtype, padlen, int(taps))
     x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
-                                      keep=functools.partial(_chunks.applies,
-                                                             sections=len(sos)))
+                                      keep=_keep(ns, sections=len(sos)))
 
     def run(x, zi):
         return _cascade(sos, ns, x, axis, zi)
