@@ -10,7 +10,10 @@ other, alternated in rounds in one process so that a loaded machine slows
 both alike; NumPy on every shape, each installed framework on three. On NumPy
 arrays ``sosfilt`` and ``sosfiltfilt`` now run the whole cascade in chunks
 (benchmarks/sosfilt_chunks.py), which reads the layout as it is and makes no
-such copy, so there both ways run the same code.
+such copy, so there both ways run the same code. So would torch tensors that
+nothing differentiates and concrete JAX arrays (benchmarks/signal_frameworks.py):
+their NumPy views are switched off here, to time the recurrences that tensors a
+gradient may be asked for run.
 Writes results/signal_layouts.json.
 
     python -m benchmarks.signal_layouts [--libraries numpy torch jax tensorflow]
@@ -27,7 +30,7 @@ import scipy.signal
 
 import cuscan.signal
 from benchmarks._common import best_time, environment, write
-from cuscan.signal._arrays import _Arrays, namespace
+from cuscan.signal._arrays import _Arrays, _Jax, _Torch, namespace
 
 SOS = scipy.signal.butter(8, 0.05, output="sos")
 B, A = scipy.signal.butter(4, 0.05)
@@ -83,7 +86,8 @@ def main() -> None:
     libraries = [name for name in args.libraries
                  if name == "numpy" or importlib.util.find_spec(name) is not None]
     rng = np.random.default_rng(0)
-    rows, copied = [], _Arrays.time_major
+    rows, copied, views = [], _Arrays.time_major, (_Torch.numpy_views, _Jax.numpy_views)
+    _Torch.numpy_views = _Jax.numpy_views = lambda self, *arrays: None
     print("copied once / per recurrence; < 1 means the one copy is faster;"
           " * marks the layouts copied")
     print(f"{'library':>10} {'C':>5} {'T':>7} " + " ".join(f"{name:>11}" for name in FILTERS))
@@ -104,6 +108,7 @@ def main() -> None:
                 print(f"{library:>10} {channels:>5} {length:>7} " + " ".join(cells), flush=True)
     finally:
         _Arrays.time_major = copied
+        _Torch.numpy_views, _Jax.numpy_views = views
     versions = {name: importlib.import_module(name).__version__ for name in libraries}
     path = write("signal_layouts", {"environment": {**environment(), **versions},
                                     "sos_sections": len(SOS), "rows": rows})
