@@ -263,7 +263,8 @@ def _solve(ends: np.ndarray, stages) -> None:
 
 def _scan(decay, v: np.ndarray) -> np.ndarray:
     """``v[:, k] += decay * v[:, k - 1]`` over the chunks (rows, chunks): up to
-    _MATRIX_SCAN_ELEMENTS values as products (`_powers_scan`), otherwise by `linear_recurrence`."""
+    _MATRIX_SCAN_ELEMENTS values as products (`_powers_scan`), otherwise by
+    `linear_recurrence`."""
     if v.size > _MATRIX_SCAN_ELEMENTS:
         return linear_recurrence(decay, v, axis=-1)
     return _powers_scan(decay, v)
