@@ -211,7 +211,7 @@ class _Torch(_Arrays):
 
     def numpy_views(self, *arrays) -> tuple | None:
         tensors = [a for a in arrays if a is not None]
-        if not all(isinstance(t, self.torch.Tensor) and t.device.type == "cpu"
+        if not all(isinstance(t, self.torch.Tensor) and self.on_host(t)
                    and not (t.is_conj() or t.is_neg()) for t in tensors) \
                 or not self._adapter._untracked(*tensors):
             return None

@@ -347,18 +347,33 @@ def _keep(ns, **size):
     return lambda x, axis: _on_chunks(ns, x, axis, **size) is not None
 
 
+def _in_chunks(ns, steps, x, axis: int, zi, **size) -> tuple | None:
+    """The filters ``steps()`` (`_chunks.Section`s, built only where they run) over
+    ``x`` in chunks as matrix products, from ``zi`` stacked by filter or rest: ``(y, zf)``
+    as ``ns`` arrays (zf stacked too; None without zi), or None where the chunks do not
+    run (`_on_chunks`, or `_chunks.cascade` declining)."""
+    views = _on_chunks(ns, x, axis, zi, **size)
+    if views is None:
+        return None
+    done = _chunks.cascade(steps(), views[0], axis,
+                           None if zi is None else np.asarray(views[1], np.float64))
+    if done is None:
+        return None
+    y, zf = done
+    return ns.from_numpy(y), None if zf is None else ns.from_numpy(zf)
+
+
 def _chunked(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
-    """`_filter`, or where `_on_chunks` (on a real filter and signal) the whole filter in
-    chunks as matrix products (`_chunks.cascade`)."""
-    views = None if np.iscomplexobj(b) or np.iscomplexobj(a) else _on_chunks(
-        ns, x, axis, zi, order=max(a.size, b.size) - 1)
-    if views is not None:
-        steps = _filter_steps(b.astype(np.float64).tobytes(), a.astype(np.float64).tobytes())
-        done = _chunks.cascade(steps, views[0], axis, None if zi is None else
-                               np.asarray(views[1], np.float64)[None])
+    """`_filter`, or where they run (on a real filter and signal) the whole filter in
+    chunks as matrix products (`_in_chunks`)."""
+    if not (np.iscomplexobj(b) or np.iscomplexobj(a)):
+        done = _in_chunks(ns, lambda: _filter_steps(b.astype(np.float64).tobytes(),
+                                                    a.astype(np.float64).tobytes()),
+                          x, axis, None if zi is None else ns.expand_dims(zi, 0),
+                          order=max(a.size, b.size) - 1)
         if done is not None:
             y, zf = done
-            return ns.from_numpy(y), None if zf is None else ns.from_numpy(zf[0])
+            return y, None if zf is None else zf[0]
     return _filter(b, a, ns, x, axis, zi)
 
 
@@ -653,13 +668,10 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
 def _cascade(sos: np.ndarray, ns, x, axis: int, zi):
     """The sections one after the other, in ``x``'s (double) precision; returns y and the
     stacked zf (None without zi)."""
-    views = _on_chunks(ns, x, axis, zi, sections=sos.shape[0])
-    if views is not None:
-        done = _chunks.cascade(_section_steps(sos.tobytes(), sos.shape[0]), views[0], axis,
-                               None if zi is None else np.asarray(views[1], np.float64))
-        if done is not None:
-            y, zf = done
-            return ns.from_numpy(y), None if zf is None else ns.from_numpy(zf)
+    done = _in_chunks(ns, lambda: _section_steps(sos.tobytes(), sos.shape[0]), x, axis, zi,
+                      sections=sos.shape[0])
+    if done is not None:
+        return done
     y, finals = x, []
     for s, row in enumerate(sos):
         b, a = _normalized(row[:3], row[3:])
