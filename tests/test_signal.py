@@ -163,6 +163,21 @@ def test_sosfilt_chunks(chunk_runs):
             np.testing.assert_allclose(result[:at], expected[:at], rtol=1e-10)
 
 
+def test_sosfilt_coefficient_dtypes(chunk_runs):
+    """``sos`` given as float32, integers or a list runs the same cascade in chunks as
+    float64 (its cached forms are keyed by the float64 bytes); a negative integer once read
+    as a float64 NaN, and float32 rows as half as many."""
+    ran = chunk_runs
+    x = np.random.default_rng(23).standard_normal((2, 700))
+    sos = ss.butter(4, 0.1, output="sos")
+    for given in (sos.astype(np.float32), np.array([[1, -1, 0, 1, 0, 0], [2, 0, -3, 1, 0, 0]]),
+                  sos.astype(np.float32).tolist()):
+        expected = ss.sosfilt(np.asarray(given, np.float64), x)
+        ran.clear()
+        assert relative_error(signal.sosfilt(given, x), expected) <= BOUND[np.float64]
+        assert ran == [True]
+
+
 def test_lfilter_chunks(chunk_runs):
     """`lfilter`, `filtfilt` and Gustafsson's `filtfilt` through the whole filter in chunks
     as matrix products on NumPy arrays: designs in (b, a) form, FIR filters, a state

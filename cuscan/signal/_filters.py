@@ -594,7 +594,9 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
 
 
 def _sections(sos) -> np.ndarray:
+    """``sos`` checked, as float64 (or complex128) rows, which the caches take as bytes."""
     sos = np.atleast_2d(_host(sos, "sos"))
+    sos = sos.astype(np.complex128 if sos.dtype.kind == "c" else np.float64, copy=False)
     if sos.ndim != 2 or sos.shape[1] != 6:
         raise ValueError(f"`sos` must have shape (n_sections, 6); got {sos.shape}")
     if np.any(sos[:, 3] == 0):
