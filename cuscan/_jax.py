@@ -533,6 +533,50 @@ _vjp_p = _primitive("cuscan_linear_recurrence_vjp", _vjp_impl, _vjp_abstract,
                     multiple_results=True)
 
 
+# ---- a linear map on the host --------------------------------------------------------------
+#
+# `_linear_p(x, f=...)`: ``f(x)`` for ``f`` a linear map of NumPy arrays along an axis counted
+# from the end (cuscan.signal's filters on the CPU, `_filters._OnHost`), called back on the
+# host. Linear: its JVP is itself on the tangent and its transpose is ``f.adjoint``, so
+# derivatives of any order follow; batching puts the batch dimension first. Programs for
+# ``jax.export`` take ``f.recurrences``, in XLA's own operations.
+
+
+@functools.lru_cache(maxsize=64)
+def _linear_buffers(f):
+    """``f`` as a buffer callback (cached: one compiled callback per map)."""
+
+    def callback(ctx, out, x):
+        np.copyto(_view(out, writeable=True), f(_view(x)))
+
+    return callback
+
+
+def _linear_callback(x, *, f):
+    return buffer_callback(_linear_buffers(f), jax.ShapeDtypeStruct(x.shape, x.dtype))(x)
+
+
+def _linear_portable(x, *, f):
+    return f.recurrences(x)
+
+
+def _linear_batch(args, dims, *, f):
+    return _bind(_linear_p, jnp.moveaxis(args[0], dims[0], 0), f=f), 0
+
+
+_linear_p = Primitive("cuscan_linear_on_host")
+_linear_p.def_impl(lambda x, *, f: jnp.asarray(f(np.asarray(x))))
+_linear_p.def_abstract_eval(lambda x, *, f: _result(x.shape, x.dtype, [x]))
+mlir.register_lowering(_linear_p, _lowering(_linear_callback, _linear_portable, False))
+ad.deflinear2(_linear_p, lambda cotangent, x, *, f: [_bind(_linear_p, cotangent, f=f.adjoint)])
+batching.primitive_batchers[_linear_p] = _linear_batch
+
+
+def linear_on_host(x, f):
+    """``f(x)`` (`_linear_p`) on a JAX array on the CPU, eagerly or traced."""
+    return _like([_bind(_linear_p, x, f=f)], [x])[0]
+
+
 def _sum_to(grad, shape):
     """A broadcast operand's gradient: ``grad`` summed back to ``shape``."""
     axes = _api.summed_axes(grad.shape, shape)

@@ -305,6 +305,27 @@ def _differentiable(decays, impulses, initial_state, axis, reverse, method):
     return recurrence(decays, impulses, *([] if initial_state is None else [initial_state]))
 
 
+def linear_on_host(x: tf.Tensor, f) -> tf.Tensor:
+    """``f(x)`` for ``f`` a linear map of NumPy arrays (cuscan.signal's filters on the CPU) on
+    a CPU tensor, eagerly or in a py_function, differentiated through its transpose
+    ``f.adjoint`` (by this function again, so to any order)."""
+
+    def run(tensor):
+        return [from_array(f(to_array(tensor)))]
+
+    def apply(x):
+        return _eager(run, [x], [x.dtype], [x.shape])[0]
+
+    if tf.executing_eagerly() and not _recording():
+        return apply(x)
+
+    @tf.custom_gradient
+    def linear(x):
+        return apply(x), lambda grad: linear_on_host(grad, f.adjoint)
+
+    return linear(x)
+
+
 def _numeric(dtype: tf.DType) -> bool:
     return not dtype.is_quantized and (dtype.is_floating or dtype.is_complex or dtype.is_integer
                                        or dtype.is_bool)

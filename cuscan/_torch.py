@@ -440,6 +440,31 @@ def _recurrence(decays, impulses, initial_state, axis, reverse, method) -> torch
     return function.apply(decays, impulses, initial_state, axis, reverse, method)
 
 
+class _LinearOnHost(torch.autograd.Function):
+    """A linear map of NumPy arrays ``f`` (``cuscan.signal``'s filters on the CPU) on a
+    tensor's memory, differentiated in either mode as a linear map: its transpose
+    ``f.adjoint`` for reverse mode and ``f`` itself for forward mode, each through this
+    function again, so to any order."""
+
+    @staticmethod
+    def forward(ctx, x, f):
+        ctx.f = f
+        return torch.from_numpy(f(x.detach().numpy()))
+
+    @staticmethod
+    def backward(ctx, grad):
+        return linear_on_host(grad, ctx.f.adjoint), None
+
+    @staticmethod
+    def jvp(ctx, tangent, _):
+        return linear_on_host(tangent, ctx.f)
+
+
+def linear_on_host(x: torch.Tensor, f) -> torch.Tensor:
+    """``f(x)`` (`_LinearOnHost`) on a CPU tensor, as a tensor that autograd differentiates."""
+    return _LinearOnHost.apply(x.resolve_conj().resolve_neg(), f)
+
+
 # What DLPack carries and the core computes on (bfloat16 crosses as uint16).
 _DTYPES = frozenset({
     torch.bool, torch.uint8, torch.uint16, torch.uint32, torch.uint64, torch.int8, torch.int16,

@@ -1298,9 +1298,9 @@ def test_framework_time_contiguous_layouts(framework, shape, axis):
 def test_framework_chunks(framework, chunk_runs):
     """On the CPU, torch tensors that nothing differentiates and concrete JAX arrays are
     filtered in chunks on NumPy views of their memory, as NumPy arrays are, and come back
-    as the framework's tensors; tensors autograd records (either mode), traced arrays and
-    TensorFlow's tensors (a tape may watch them unseen) run the stages' recurrences, which
-    differentiate."""
+    as the framework's tensors. Filters from rest on tensors that autodiff or a trace may
+    record run in chunks as one linear operation (`test_framework_chunk_gradients`), in
+    TensorFlow too; from a given zi they run the stages' recurrences."""
     rng = np.random.default_rng(18)
     x, zi = rng.standard_normal((3, 500)), rng.standard_normal((4, 3, 2))
     sos = ss.butter(8, 0.1, output="sos")
@@ -1316,30 +1316,117 @@ def test_framework_chunks(framework, chunk_runs):
     for result, want in zip(results, expected, strict=True):
         assert framework.is_native(result)
         assert relative_error(framework.array(result), want) <= 1e-12
-    chunked = framework.device.lower() == "cpu" and framework.name != "tf"
-    assert chunk_runs == [True] * 6 if chunked else not chunk_runs
+    on_cpu = framework.device.lower() == "cpu"
+    # TensorFlow: a tape may watch any tensor unseen, so only lfilter, from rest, runs.
+    assert chunk_runs == ([True] * (1 if framework.name == "tf" else 6) if on_cpu else [])
     chunk_runs.clear()
     module = framework.module
     if framework.name == "torch":
         tensor = framework.tensor(x).requires_grad_()
         run(tensor, framework.tensor(zi))[0].sum().backward()
-        assert not chunk_runs
+        assert chunk_runs == ([True] if on_cpu else [])
+        chunk_runs.clear()
         with module.no_grad():
             run(tensor, framework.tensor(zi))
-        assert chunk_runs == [True] * 6 if chunked else not chunk_runs
+        assert chunk_runs == ([True] * 6 if on_cpu else [])
         chunk_runs.clear()
         import torch.autograd.forward_ad as fwAD
 
         tangent = rng.standard_normal(x.shape)
         with fwAD.dual_level():
             dual = fwAD.make_dual(framework.tensor(x), framework.tensor(tangent))
-            y = signal.sosfilt(sos, dual)
+            y = signal.sosfilt(sos, dual, zi=framework.tensor(zi))[0]
             np.testing.assert_allclose(framework.array(fwAD.unpack_dual(y).tangent),
                                        ss.sosfilt(sos, tangent), rtol=1e-10, atol=1e-12)
         assert not chunk_runs
     if framework.name == "jax":
         module.jit(lambda x, zi: run(x, zi))(framework.tensor(x), framework.tensor(zi))
+        assert chunk_runs == ([True] if on_cpu else [])
+
+
+def test_framework_chunk_gradients(framework, chunk_runs):
+    """A filter from rest is linear in the signal, with the same filter run backward in
+    time as its transpose: on the CPU, tensors that autodiff records run it in chunks both
+    ways (forward mode too), and the gradients are exact; on a GPU the recurrences give the
+    same values. Any axis, single precision, zero-phase filtering by Gustafsson's method."""
+    rng = np.random.default_rng(19)
+    x, weights = rng.standard_normal((3, 400)), rng.standard_normal((3, 400))
+    sos = ss.cheby2(6, 40, 0.2, output="sos")
+    b, a = ss.ellip(3, 1, 40, 0.3)
+    on_cpu = framework.device.lower() == "cpu"
+    cases = {"sosfilt": (lambda v: signal.sosfilt(sos, v), lambda v: ss.sosfilt(sos, v), -1),
+             "lfilter along axis 0": (lambda v: signal.lfilter(b, a, v, axis=0),
+                                      lambda v: ss.lfilter(b, a, v, axis=0), 0),
+             "filtfilt (gust)": (lambda v: signal.filtfilt(b, a, v, method="gust"),
+                                 lambda v: ss.filtfilt(b, a, v, method="gust"), None)}
+    for name, (function, scipy_function, axis) in cases.items():
+        values, w = (x.T, np.ascontiguousarray(weights.T)) if axis == 0 else (x, weights)
+        chunk_runs.clear()
+        [grad] = framework.grad(lambda v, f=function, w=w: framework.total(
+            f(v) * framework.tensor(w)), values)
+        if axis is not None:  # the gradient of a linear map is its transpose: run backward
+            exact = np.flip(scipy_function(np.flip(w, axis)), axis)
+            np.testing.assert_allclose(grad, exact, rtol=1e-9, atol=1e-12)
+        for at in (0, 1, 200, 398, 399) if axis is None else ():  # by unit impulses
+            step = np.zeros(values.shape[1])
+            step[at] = 1.0
+            np.testing.assert_allclose(grad[:, at], scipy_function(step) @ w.T, rtol=1e-9,
+                                       atol=1e-12)
+        assert (len(chunk_runs) > 0 and all(chunk_runs)) == on_cpu, (name, chunk_runs)
+    single = signal.sosfilt(sos, framework.tensor(x.astype(np.float32)))
+    assert framework.array(single).dtype == np.float32
+    assert relative_error(framework.array(single), ss.sosfilt(sos, x)) < BOUND[np.float32]
+    module = framework.module
+    if framework.name == "torch" and on_cpu:
+        tensor = framework.tensor(x[:, :300]).requires_grad_()
+        assert module.autograd.gradcheck(lambda v: signal.sosfilt(sos, v), (tensor,),
+                                         check_forward_ad=True)
+        assert module.autograd.gradgradcheck(lambda v: signal.lfilter(b, a, v) ** 2, (tensor,))
+    if framework.name == "jax":
+        jax = module
+        v, t = framework.tensor(x), framework.tensor(weights)
+        chunk_runs.clear()
+        tangent = jax.jit(lambda v, t: jax.jvp(lambda u: signal.sosfilt(sos, u), (v,), (t,)))(
+            v, t)[1]
+        np.testing.assert_allclose(np.asarray(tangent), ss.sosfilt(sos, weights), rtol=1e-9,
+                                   atol=1e-12)
+        batched = jax.vmap(lambda u: signal.lfilter(b, a, u), in_axes=1)(
+            framework.tensor(np.stack([x, weights], 1)))
+        np.testing.assert_allclose(np.asarray(batched), ss.lfilter(b, a, np.stack([x, weights])),
+                                   rtol=1e-9, atol=1e-12)
+        assert (len(chunk_runs) > 0 and all(chunk_runs)) == on_cpu
+        # Programs for jax.export cannot call back into Python: the recurrences.
+        exported = jax.export.export(jax.jit(lambda u: signal.sosfilt(sos, u)))(v)
+        chunk_runs.clear()
+        np.testing.assert_allclose(np.asarray(exported.call(v)), ss.sosfilt(sos, x),
+                                   rtol=1e-9, atol=1e-12)
         assert not chunk_runs
+    if framework.name == "tf":
+        tf = module
+        v = framework.tensor(x)
+
+        @tf.function
+        def graph(v):
+            with tf.GradientTape() as tape:
+                tape.watch(v)
+                total = tf.reduce_sum(signal.sosfilt(sos, v) * weights)
+            return tape.gradient(total, v)
+
+        chunk_runs.clear()
+        np.testing.assert_allclose(graph(v).numpy(),
+                                   ss.sosfilt(sos, weights[:, ::-1])[:, ::-1], rtol=1e-9,
+                                   atol=1e-12)
+        assert chunk_runs
+        assert all(chunk_runs)
+        with tf.autodiff.ForwardAccumulator(v, tf.constant(weights)) as accumulator:
+            y = signal.lfilter(b, a, v)
+        np.testing.assert_allclose(accumulator.jvp(y).numpy(), ss.lfilter(b, a, weights),
+                                   rtol=1e-9, atol=1e-12)
+        chunk_runs.clear()
+        compiled = tf.function(lambda v: signal.sosfilt(sos, v), jit_compile=True)(v)
+        np.testing.assert_allclose(compiled.numpy(), ss.sosfilt(sos, x), rtol=1e-9,
+                                   atol=1e-12)
+        assert not chunk_runs  # XLA cannot call back into Python: the recurrences
 
 
 def test_framework_zero_phase(framework):

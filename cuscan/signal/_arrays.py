@@ -104,6 +104,17 @@ class _Arrays:
         """A NumPy result as this library's array (`numpy_views`)."""
         return y
 
+    def runs_on_host(self, x) -> bool:
+        """Whether `linear_on_host` takes ``x``: where `numpy_views` does not, a CPU tensor
+        that autodiff or a trace records."""
+        return False
+
+    def linear_on_host(self, x, f):
+        """``f(x)`` for ``f`` a linear map of NumPy arrays with a transpose ``f.adjoint``
+        (`_filters._OnHost`), on `runs_on_host`'s ``x``, as a tensor that autodiff
+        differentiates through ``f.adjoint`` and traces record as one operation."""
+        raise NotImplementedError
+
     def strides(self, x) -> tuple[int, ...]:
         """``x``'s strides in bytes."""
         return x.strides
@@ -220,6 +231,12 @@ class _Torch(_Arrays):
     def from_numpy(self, y: np.ndarray):
         return self.torch.from_numpy(y)
 
+    def runs_on_host(self, x) -> bool:
+        return self.on_host(x) and self._adapter._eager(x)
+
+    def linear_on_host(self, x, f):
+        return self._adapter.linear_on_host(x, f)
+
     def strides(self, x) -> tuple[int, ...]:
         return tuple(stride * x.dtype.itemsize for stride in x.stride())
 
@@ -321,6 +338,12 @@ class _Jax(_Arrays):
     def from_numpy(self, y: np.ndarray):
         return self.xp.asarray(y)
 
+    def runs_on_host(self, x) -> bool:
+        return self.on_host(x)
+
+    def linear_on_host(self, x, f):
+        return self._adapter.linear_on_host(x, f)
+
     def on_host(self, x) -> bool:
         if self._adapter._sharding(x) is not None:  # a split over devices is kept as it is
             return False
@@ -388,6 +411,16 @@ class _TensorFlow(_Arrays):
         if x.device:
             return not self._adapter._on_gpu(x)
         return not self.tf.config.list_logical_devices("GPU")  # placed by TensorFlow
+
+    def runs_on_host(self, x) -> bool:
+        # Not in graphs that cannot call back into Python, nor under a forward accumulator
+        # inside tf.function (the recurrences then say why).
+        adapter = self._adapter
+        return self.on_host(x) and (self.tf.executing_eagerly() or not (
+            adapter._native() or adapter._tangents([x])))
+
+    def linear_on_host(self, x, f):
+        return self._adapter.linear_on_host(x, f)
 
     def strides(self, x) -> tuple[int, ...]:
         return _row_major(x.shape, x.dtype.size)

@@ -76,18 +76,25 @@ _MAX_ORDER = 64
 def applies(x, axis: int, sections: int | None = None, order: int = 2) -> bool:
     """Whether a cascade of ``sections`` second-order sections, or one filter of ``order``
     (as many sections as it would make, where ``sections`` is None), runs here: on a
-    float64 NumPy array with enough samples along ``axis``, for an order up to _MAX_ORDER,
-    and unless a step's samples lie apart (copied to adjacent ones and back) in more than
-    _MAX_APART_WIDTH channels for a single section."""
+    float64 NumPy array that `fits`."""
+    return type(x) is np.ndarray and x.dtype == np.float64 and fits(
+        x.shape, x.strides, x.itemsize, axis, sections, order)
+
+
+def fits(shape: tuple, strides: tuple, itemsize: int, axis: int,
+         sections: int | None = None, order: int = 2) -> bool:
+    """Whether a filter (`applies`' ``sections`` or ``order``) runs in chunks on an array of
+    that layout (byte ``strides``): with enough samples along ``axis``, for an order up to
+    _MAX_ORDER, and unless a step's samples lie apart (copied to adjacent ones and back)
+    in more than _MAX_APART_WIDTH channels for a single section."""
     if sections is None:
         sections = (order + 1) // 2
-    if type(x) is not np.ndarray or x.dtype != np.float64 or not sections \
-            or order > _MAX_ORDER:
+    if not sections or order > _MAX_ORDER:
         return False
-    length = x.shape[axis]
-    apart = abs(x.strides[axis]) != x.itemsize and x.size > length
+    length, size = shape[axis], math.prod(shape)
+    apart = abs(strides[axis]) != itemsize and size > length
     return length >= max(_MIN_LENGTH, _CHUNK + 2 * order) and not (
-        apart and sections == 1 and x.size > _MAX_APART_WIDTH * length)
+        apart and sections == 1 and size > _MAX_APART_WIDTH * length)
 
 
 class Section:

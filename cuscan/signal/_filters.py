@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import cmath
+import dataclasses
 import functools
 import importlib
 import numbers
@@ -341,20 +342,79 @@ def _on_chunks(ns, x, axis: int, zi=None, **size) -> tuple | None:
     return views
 
 
-def _keep(ns, **size):
+def _on_host(ns, x, axis: int, zi, **size) -> bool:
+    """Whether a filter of that ``size`` runs on a tensor that autodiff or a trace may
+    record as a linear map of its NumPy views (`_OnHost`, through ``ns.linear_on_host``):
+    a real signal of fixed shape on the CPU that `_chunks.fits`, without zi."""
+    shape = tuple(x.shape)
+    return zi is None and ns.kind(x) == "f" and all(type(n) is int for n in shape) \
+        and ns.runs_on_host(x) \
+        and _chunks.fits(shape, ns.strides(x), ns.itemsize(x), axis, **size)
+
+
+def _keep(ns, rest: bool, **size):
     """`_time_major`'s ``keep`` for a filter of that ``size``: whether it runs in chunks
-    on the signal as it is laid out."""
-    return lambda x, axis: _on_chunks(ns, x, axis, **size) is not None
+    on the signal as it is laid out (as `_OnHost` too where it starts from ``rest``)."""
+    return lambda x, axis: (_on_chunks(ns, x, axis, **size) is not None
+                            or (rest and _on_host(ns, x, axis, None, **size)))
 
 
-def _in_chunks(ns, steps, x, axis: int, zi, **size) -> tuple | None:
+@dataclasses.dataclass(frozen=True)
+class _OnHost:
+    """A real filter as a function of NumPy arrays, along ``axis`` counted from the end (so
+    that leading batch axes may be added), in chunks where they run: `lfilter`'s normalised
+    ``(b, a)`` or `sosfilt`'s ``(sos,)``, as float64 bytes; backward in time where
+    ``reverse``. Hashable: JAX keys compilations on it."""
+
+    design: tuple[bytes, ...]
+    axis: int
+    reverse: bool = False
+
+    @property
+    def adjoint(self) -> _OnHost:
+        """The transposed map: a time-invariant filter's, from rest, is the same filter run
+        backward in time."""
+        return dataclasses.replace(self, reverse=not self.reverse)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """The filtered ``x``, contiguous and of its dtype (single precision computed in
+        double, as everywhere)."""
+        axis = self.axis % x.ndim
+        signal = np.asarray(x, np.float64)
+        y = self._run(_NUMPY, np.flip(signal, axis) if self.reverse else signal, axis)
+        return np.ascontiguousarray(np.flip(y, axis) if self.reverse else y, x.dtype)
+
+    def recurrences(self, x):
+        """The same filter of a framework's ``x`` as its stages' recurrences (for programs
+        that cannot call back into Python, such as `jax.export`'s)."""
+        ns, axis = namespace({"x": x}), self.axis % x.ndim
+        x = ns.flip(x, axis) if self.reverse else x
+        y = self._run(ns, x, axis, chunks=False)
+        return ns.flip(y, axis) if self.reverse else y
+
+    def _run(self, ns, x, axis: int, chunks: bool = True):
+        coefficients = [np.frombuffer(c) for c in self.design]
+        if len(coefficients) == 1:
+            return _cascade(coefficients[0].reshape(-1, 6), ns, x, axis, None, chunks)[0]
+        b, a = coefficients
+        return (_chunked if chunks else _filter)(b, a, ns, x, axis, None)[0]
+
+
+_NUMPY = _Arrays(np)
+
+
+def _in_chunks(ns, steps, x, axis: int, zi, design: tuple[bytes, ...], **size) \
+        -> tuple | None:
     """The filters ``steps()`` (`_chunks.Section`s, built only where they run) over
     ``x`` in chunks as matrix products, from ``zi`` stacked by filter or rest: ``(y, zf)``
     as ``ns`` arrays (zf stacked too; None without zi), or None where the chunks do not
-    run (`_on_chunks`, or `_chunks.cascade` declining)."""
+    run (`_on_chunks`, or `_chunks.cascade` declining). Tensors a trace or autodiff may
+    record run the filter's ``design`` (`_OnHost`) as a linear map where `_on_host`."""
     views = _on_chunks(ns, x, axis, zi, **size)
     if views is None:
-        return None
+        if not _on_host(ns, x, axis, zi, **size):
+            return None
+        return ns.linear_on_host(x, _OnHost(design, axis - x.ndim)), None
     done = _chunks.cascade(steps(), views[0], axis,
                            None if zi is None else np.asarray(views[1], np.float64))
     if done is None:
@@ -367,9 +427,9 @@ def _chunked(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
     """`_filter`, or where they run (on a real filter and signal) the whole filter in
     chunks as matrix products (`_in_chunks`)."""
     if not (np.iscomplexobj(b) or np.iscomplexobj(a)):
-        done = _in_chunks(ns, lambda: _filter_steps(b.astype(np.float64).tobytes(),
-                                                    a.astype(np.float64).tobytes()),
-                          x, axis, None if zi is None else ns.expand_dims(zi, 0),
+        design = b.astype(np.float64).tobytes(), a.astype(np.float64).tobytes()
+        done = _in_chunks(ns, lambda: _filter_steps(*design), x, axis,
+                          None if zi is None else ns.expand_dims(zi, 0), design,
                           order=max(a.size, b.size) - 1)
         if done is not None:
             y, zf = done
@@ -587,7 +647,7 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     zi = _state(ns, zi, x, axis, order)
     work, out = _dtypes(ns, x, b, a, state=zi)
     x, time, inward, outward = _time_major(ns, ns.cast(x, work), axis,
-                                           keep=_keep(ns, order=order))
+                                           keep=_keep(ns, zi is None, order=order))
     y, zf = _chunked(b, a, ns, x, time, None if zi is None else inward(zi))
     y = outward(ns.cast(y, out))
     return y if zf is None else (y, outward(ns.cast(zf, out)))
@@ -661,17 +721,18 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     zi = _state(ns, zi, x, axis, 2, sections=sos.shape[0])
     work, out = _dtypes(ns, x, sos, state=zi)
     x, time, inward, outward = _time_major(ns, ns.cast(x, work), axis,
-                                           keep=_keep(ns, sections=len(sos)))
+                                           keep=_keep(ns, zi is None, sections=len(sos)))
     y, zf = _cascade(sos, ns, x, time, None if zi is None else inward(zi, lead=1))
     y = outward(ns.cast(y, out))
     return y if zi is None else (y, outward(ns.cast(zf, out), lead=1))
 
 
-def _cascade(sos: np.ndarray, ns, x, axis: int, zi):
-    """The sections one after the other, in ``x``'s (double) precision; returns y and the
-    stacked zf (None without zi)."""
-    done = _in_chunks(ns, lambda: _section_steps(sos.tobytes(), sos.shape[0]), x, axis, zi,
-                      sections=sos.shape[0])
+def _cascade(sos: np.ndarray, ns, x, axis: int, zi, chunks: bool = True):
+    """The sections one after the other, in ``x``'s (double) precision (in chunks where
+    they run, unless not ``chunks``); returns y and the stacked zf (None without zi)."""
+    done = None if not chunks else _in_chunks(
+        ns, lambda: _section_steps(sos.tobytes(), sos.shape[0]), x, axis, zi, (sos.tobytes(),),
+        sections=sos.shape[0])
     if done is not None:
         return done
     y, finals = x, []
@@ -1131,7 +1192,8 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     if method == "pad":
         edge = _edge(x, axis, padtype, padlen, max(a.size, b.size))
     x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
-                                      keep=_keep(ns, order=max(a.size, b.size) - 1))
+                                      keep=_keep(ns, method == "gust",
+                                                 order=max(a.size, b.size) - 1))
     if method == "gust":
         return outward(ns.cast(_gustafsson(b, a, ns, x, axis, irlen), out))
 
@@ -1280,7 +1342,7 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
     taps = 2 * len(sos) + 1 - min(np.sum(sos[:, 2] == 0), np.sum(sos[:, 5] == 0))
     edge = _edge(x, axis, padtype, padlen, int(taps))
     x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
-                                      keep=_keep(ns, sections=len(sos)))
+                                      keep=_keep(ns, False, sections=len(sos)))
 
     def run(x, zi):
         return _cascade(sos, ns, x, axis, zi)
