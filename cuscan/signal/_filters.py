@@ -627,9 +627,9 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     working precision (refined in exact arithmetic up to order 128), and the
     stages run in an order that keeps the intermediate signal small. On real
     NumPy signals of at least 128 samples and filters up to order 64 (and
-    CPU tensors that no gradient is asked for) the whole filter runs chunk by
-    chunk as matrix products instead, its states in the same forms solved as
-    recurrences over the chunks (docs/signal.md).
+    CPU tensors, differentiated too where the filter starts from rest) the
+    whole filter runs chunk by chunk as matrix products instead, its states
+    in the same forms solved as recurrences over the chunks (docs/signal.md).
     The coefficients of a high-order design rounded to double precision can
     describe a different filter from the one designed, even an unstable one,
     whatever computes it: prefer `sosfilt` for designs above order 4 or so.
@@ -700,10 +700,10 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     a conjugate pair as one complex recurrence straight on the section's
     input (partial fractions), any other section as its numerator (a
     three-tap moving sum) and a recurrence per real pole; see `lfilter`. On
-    NumPy arrays of at least 128 samples (and CPU tensors that no gradient is
-    asked for) the whole cascade runs chunk by chunk as matrix products
-    instead, its states in the same forms solved as recurrences over the
-    chunks (docs/signal.md). Accuracy against ``scipy.signal.sosfilt`` on
+    NumPy arrays of at least 128 samples (and CPU tensors, differentiated
+    too where the cascade starts from rest) the whole cascade runs chunk by
+    chunk as matrix products instead, its states in the same forms solved as
+    recurrences over the chunks (docs/signal.md). Accuracy against ``scipy.signal.sosfilt`` on
     standard designs (Butterworth, Chebyshev I and II, elliptic, Bessel;
     orders 1 to 12; low-, high-, band-pass and band-stop): maximum error over
     the signal's RMS below 1e-8 in float64 and 5e-3 in float32.
