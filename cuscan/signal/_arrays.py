@@ -4,8 +4,9 @@ NumPy and CuPy arrays are computed on directly; torch, JAX and TensorFlow
 tensors with their own operations around `cuscan.linear_recurrence`, so that
 the result is the same framework's tensor, on its device and differentiable
 with respect to the signal (and `ema`'s ``alpha``); on the CPU the filters may
-run on NumPy views of a tensor instead (`numpy_views`, `linear_on_host`). Other arrays with
-``__dlpack__`` or ``__cuda_array_interface__`` are viewed as NumPy or CuPy.
+run on NumPy views of a tensor instead (`numpy_views`, `linear_on_host`).
+Other arrays with ``__dlpack__`` or ``__cuda_array_interface__`` are viewed as
+NumPy or CuPy.
 """
 
 from __future__ import annotations
