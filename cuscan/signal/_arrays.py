@@ -114,8 +114,9 @@ class _Arrays:
     def linear_on_host(self, x, f):
         """``f(x)`` for ``f`` a linear map of NumPy arrays with a transpose ``f.adjoint``
         (`_filters._OnHost`), on `runs_on_host`'s ``x``, as a tensor that autodiff
-        differentiates through ``f.adjoint`` and traces record as one operation."""
-        raise NotImplementedError
+        differentiates through ``f.adjoint`` and traces record as one operation: the
+        framework adapter's."""
+        return self._adapter.linear_on_host(x, f)
 
     def strides(self, x) -> tuple[int, ...]:
         """``x``'s strides in bytes."""
@@ -236,9 +237,6 @@ class _Torch(_Arrays):
     def runs_on_host(self, x) -> bool:
         return self.on_host(x) and self._adapter._eager(x)
 
-    def linear_on_host(self, x, f):
-        return self._adapter.linear_on_host(x, f)
-
     def strides(self, x) -> tuple[int, ...]:
         return tuple(stride * x.dtype.itemsize for stride in x.stride())
 
@@ -343,9 +341,6 @@ class _Jax(_Arrays):
     def runs_on_host(self, x) -> bool:
         return self.on_host(x)
 
-    def linear_on_host(self, x, f):
-        return self._adapter.linear_on_host(x, f)
-
     def on_host(self, x) -> bool:
         if self._adapter._sharding(x) is not None:  # a split over devices is kept as it is
             return False
@@ -420,9 +415,6 @@ class _TensorFlow(_Arrays):
         adapter = self._adapter
         return self.on_host(x) and (self.tf.executing_eagerly() or not (
             adapter._native() or adapter._tangents([x])))
-
-    def linear_on_host(self, x, f):
-        return self._adapter.linear_on_host(x, f)
 
     def strides(self, x) -> tuple[int, ...]:
         return _row_major(x.shape, x.dtype.size)

@@ -730,8 +730,9 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
 def _cascade(sos: np.ndarray, ns, x, axis: int, zi, chunks: bool = True):
     """The sections one after the other, in ``x``'s (double) precision (in chunks where
     they run, unless not ``chunks``); returns y and the stacked zf (None without zi)."""
+    design = sos.tobytes()
     done = None if not chunks else _in_chunks(
-        ns, lambda: _section_steps(sos.tobytes(), sos.shape[0]), x, axis, zi, (sos.tobytes(),),
+        ns, lambda: _section_steps(design, sos.shape[0]), x, axis, zi, (design,),
         sections=sos.shape[0])
     if done is not None:
         return done
