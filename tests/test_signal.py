@@ -71,8 +71,8 @@ def chunk_runs(monkeypatch):
     ran = []
     cascade = _chunks.cascade
 
-    def spy(*args):
-        result = cascade(*args)
+    def spy(*args, **kwargs):
+        result = cascade(*args, **kwargs)
         ran.append(result is not None)
         return result
 
@@ -176,6 +176,71 @@ def test_sosfilt_coefficient_dtypes(chunk_runs):
         ran.clear()
         assert relative_error(signal.sosfilt(given, x), expected) <= BOUND[np.float64]
         assert ran == [True]
+
+
+def test_linear_maps_on_host(chunk_runs):
+    """The linear maps tensors that autodiff records run on the CPU (`_filters._OnHost`):
+    a filter from rest or from its first sample's steady state (each pass of
+    `filtfilt`'s), and their transposes, the filter backward in time (the chunks cut from
+    the end, read and written in place) plus the steady state's response's product with
+    the signal added to the first sample. Against SciPy and by the dot-product test
+    ``<F x, w> = <x, F^T w>``, for every design and band, filters in (b, a) form, lengths
+    the chunks divide and not, any axis, reversed views and channels apart."""
+    from cuscan.signal import _filters
+
+    ran = chunk_runs
+    rng = np.random.default_rng(29)
+    designs = [(sos.tobytes(),) for sos in (
+        DESIGNS[name](order, cutoff, kind) for name in DESIGNS for kind, cutoff in BANDS
+        for order in (1, 3, 8))]
+    designs += [tuple(np.asarray(c, np.float64).tobytes() for c in _filters._normalized(b, a))
+                for b, a in (ss.cheby1(3, 1, 0.3, "highpass"), ss.bessel(6, 0.2),
+                             ([0.5, 0.25, 0.0, -0.125], [1.0, -0.5]), (ss.firwin(33, 0.2), [1.0]))]
+
+    def scipy_filter(design, x, axis, zi=None):
+        if len(design) == 1:
+            sos = np.frombuffer(design[0]).reshape(-1, 6).copy()  # SciPy writes into it
+            return ss.sosfilt(sos, x, axis=axis, zi=zi)
+        return ss.lfilter(*(np.frombuffer(c) for c in design), x, axis=axis, zi=zi)
+
+    def steady_start(design, x, axis):
+        first = np.moveaxis(x, axis, -1)[..., :1]
+        if len(design) == 1:
+            state = signal.sosfilt_zi(np.frombuffer(design[0]).reshape(-1, 6))
+            zi = state.reshape(len(state), *[1] * (x.ndim - 1), 2) * first
+            return np.moveaxis(zi, -1, 1 + axis % x.ndim)
+        return np.moveaxis(signal.lfilter_zi(*(np.frombuffer(c) for c in design)) * first, -1,
+                           axis % x.ndim)
+
+    for d, design in enumerate(designs):
+        shape, axis = ((2, (1024, 1000, 130)[d % 3]), -1) if d % 4 else ((257, 3), 0)
+        x, w = rng.standard_normal(shape), rng.standard_normal(shape)
+        rest, steady = _filters._OnHost(design, axis), _filters._OnHost(design, axis, steady=True)
+        ran.clear()
+        backward = rest.adjoint(w)
+        want = np.flip(scipy_filter(design, np.flip(w, axis), axis), axis)
+        assert relative_error(backward, want) <= BOUND[np.float64], d
+        assert ran == [True], d
+        assert backward.flags.c_contiguous
+        forward = steady(x)
+        want, _ = scipy_filter(design, x, axis, steady_start(design, x, axis))
+        # (the steady states can be far larger than the output, as in narrow bands)
+        assert np.max(np.abs(forward - want)) <= 1e-11 * np.sqrt(np.mean(x ** 2)), d
+        transposed = steady.adjoint(w)
+        assert abs(np.sum(forward * w) - np.sum(x * transposed)) <= 1e-10 * np.sqrt(
+            np.sum(forward ** 2) * np.sum(w ** 2)), d
+    sos = ss.cheby2(5, 40, 0.1, output="sos")
+    for shape, axis in (((130,), 0), ((3, 1031), -1), ((2, 257, 3), 1), ((257, 4), 0),
+                        ((256, 70), 0)):
+        for flip in (False, True):
+            w = rng.standard_normal(shape)
+            w = np.flip(w, axis) if flip else w
+            ran.clear()
+            result = _filters._OnHost((sos.tobytes(),), axis - len(shape)).adjoint(w)
+            want = np.flip(ss.sosfilt(sos, np.flip(w, axis), axis=axis), axis)
+            assert relative_error(result, want) <= 1e-12, (shape, axis, flip)
+            assert result.flags.c_contiguous
+            assert ran == [True], (shape, ran)
 
 
 def test_lfilter_chunks(chunk_runs):
@@ -1298,9 +1363,11 @@ def test_framework_time_contiguous_layouts(framework, shape, axis):
 def test_framework_chunks(framework, chunk_runs):
     """On the CPU, torch tensors that nothing differentiates and concrete JAX arrays are
     filtered in chunks on NumPy views of their memory, as NumPy arrays are, and come back
-    as the framework's tensors. Filters from rest on tensors that autodiff or a trace may
-    record run in chunks as one linear operation (`test_framework_chunk_gradients`), in
-    TensorFlow too; from a given zi they run the stages' recurrences."""
+    as the framework's tensors. On tensors that autodiff or a trace may record, filters
+    from rest and the passes of `filtfilt` and `sosfiltfilt` (from the steady state of
+    their first sample) run in chunks as linear operations
+    (`test_framework_chunk_gradients`), in TensorFlow too; from a given zi they run the
+    stages' recurrences."""
     rng = np.random.default_rng(18)
     x, zi = rng.standard_normal((3, 500)), rng.standard_normal((4, 3, 2))
     sos = ss.butter(8, 0.1, output="sos")
@@ -1317,14 +1384,14 @@ def test_framework_chunks(framework, chunk_runs):
         assert framework.is_native(result)
         assert relative_error(framework.array(result), want) <= 1e-12
     on_cpu = framework.device.lower() == "cpu"
-    # TensorFlow: a tape may watch any tensor unseen, so only lfilter, from rest, runs.
-    assert chunk_runs == ([True] * (1 if framework.name == "tf" else 6) if on_cpu else [])
+    # TensorFlow: a tape may watch any tensor unseen, so all but sosfilt from zi run.
+    assert chunk_runs == ([True] * (5 if framework.name == "tf" else 6) if on_cpu else [])
     chunk_runs.clear()
     module = framework.module
     if framework.name == "torch":
         tensor = framework.tensor(x).requires_grad_()
         run(tensor, framework.tensor(zi))[0].sum().backward()
-        assert chunk_runs == ([True] if on_cpu else [])
+        assert chunk_runs == ([True] * 5 if on_cpu else [])
         chunk_runs.clear()
         with module.no_grad():
             run(tensor, framework.tensor(zi))
@@ -1341,14 +1408,15 @@ def test_framework_chunks(framework, chunk_runs):
         assert not chunk_runs
     if framework.name == "jax":
         module.jit(lambda x, zi: run(x, zi))(framework.tensor(x), framework.tensor(zi))
-        assert chunk_runs == ([True] if on_cpu else [])
+        assert chunk_runs == ([True] * 5 if on_cpu else [])
 
 
 def test_framework_chunk_gradients(framework, chunk_runs):
     """A filter from rest is linear in the signal, with the same filter run backward in
     time as its transpose: on the CPU, tensors that autodiff records run it in chunks both
     ways (forward mode too), and the gradients are exact; on a GPU the recurrences give the
-    same values. Any axis, single precision, zero-phase filtering by Gustafsson's method."""
+    same values. Any axis, single precision; zero-phase filtering by Gustafsson's method,
+    and by padding, whose passes start from the steady state of their first sample."""
     rng = np.random.default_rng(19)
     x, weights = rng.standard_normal((3, 400)), rng.standard_normal((3, 400))
     sos = ss.cheby2(6, 40, 0.2, output="sos")
@@ -1358,7 +1426,11 @@ def test_framework_chunk_gradients(framework, chunk_runs):
              "lfilter along axis 0": (lambda v: signal.lfilter(b, a, v, axis=0),
                                       lambda v: ss.lfilter(b, a, v, axis=0), 0),
              "filtfilt (gust)": (lambda v: signal.filtfilt(b, a, v, method="gust"),
-                                 lambda v: ss.filtfilt(b, a, v, method="gust"), None)}
+                                 lambda v: ss.filtfilt(b, a, v, method="gust"), None),
+             "filtfilt (pad)": (lambda v: signal.filtfilt(b, a, v, padtype="even"),
+                                lambda v: ss.filtfilt(b, a, v, padtype="even"), None),
+             "sosfiltfilt": (lambda v: signal.sosfiltfilt(sos, v),
+                             lambda v: ss.sosfiltfilt(sos, v), None)}
     for name, (function, scipy_function, axis) in cases.items():
         values, w = (x.T, np.ascontiguousarray(weights.T)) if axis == 0 else (x, weights)
         chunk_runs.clear()
@@ -1379,8 +1451,8 @@ def test_framework_chunk_gradients(framework, chunk_runs):
     module = framework.module
     if framework.name == "torch" and on_cpu:
         tensor = framework.tensor(x[:, :300]).requires_grad_()
-        assert module.autograd.gradcheck(lambda v: signal.sosfilt(sos, v), (tensor,),
-                                         check_forward_ad=True)
+        for function in (lambda v: signal.sosfilt(sos, v), lambda v: signal.sosfiltfilt(sos, v)):
+            assert module.autograd.gradcheck(function, (tensor,), check_forward_ad=True)
         assert module.autograd.gradgradcheck(lambda v: signal.lfilter(b, a, v) ** 2, (tensor,))
     if framework.name == "jax":
         jax = module
@@ -1400,6 +1472,12 @@ def test_framework_chunk_gradients(framework, chunk_runs):
         chunk_runs.clear()
         np.testing.assert_allclose(np.asarray(exported.call(v)), ss.sosfilt(sos, x),
                                    rtol=1e-9, atol=1e-12)
+        assert not chunk_runs
+        [grad] = framework.grad(lambda u: framework.total(signal.sosfiltfilt(sos, u) * t), x)
+        exported = jax.export.export(jax.jit(jax.grad(lambda u: jax.numpy.sum(
+            signal.sosfiltfilt(sos, u) * t))))(v)
+        chunk_runs.clear()
+        np.testing.assert_allclose(np.asarray(exported.call(v)), grad, rtol=1e-9, atol=1e-12)
         assert not chunk_runs
     if framework.name == "tf":
         tf = module

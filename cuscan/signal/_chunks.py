@@ -302,11 +302,18 @@ def _powers(decay, count: int) -> np.ndarray:
     return _toeplitz(decay ** np.arange(count))
 
 
-def cascade(sections: tuple, x: np.ndarray, axis: int, zi):
+def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False):
     """The ``sections`` (`Section`) over ``x`` (see `applies`) along ``axis``, from SciPy's
     ``zi`` or rest; returns ``(y, zf)`` (zf None without zi), or None where a sample or
     a state is not finite: the sections' recurrences then carry infinities and NaN
-    forward as SciPy does, where the products would spread them over their chunk."""
+    forward as SciPy does, where the products would spread them over their chunk.
+
+    Where ``reverse``, the cascade runs from rest (no ``zi``) backward in time, as on the
+    flipped signal with the output flipped back, without those copies: the chunks are
+    then cut from the end, and each one's products taken with the flipped matrices (a
+    Toeplitz matrix flipped both ways is its transpose)."""
+    if reverse and zi is not None:
+        raise ValueError("a cascade runs backward in time from rest only")
     width, count = sum(s.width for s in sections), len(sections)
     size = _SHORT_CHUNK if width <= _SHORT_WIDTH else _CHUNK
     if any(s.pairs for s in sections):
@@ -327,14 +334,17 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi):
     # Chunks of `size` samples, and a shorter one.
     chunks, rest = divmod(length, size)
     stop = chunks * size
-    body = signal[:, :stop].reshape(rows, chunks, size)
-    tail = signal[:, stop:]
+    # Backward in time, the chunks end where the signal does and the shorter one is first.
+    cut = slice(rest, length) if reverse else slice(0, stop)
+    body = signal[:, cut].reshape(rows, chunks, size)
+    tail = signal[:, :rest] if reverse else signal[:, stop:]
     # The chunks' end states from rest (rows, width, chunks), with each chunk's sum
-    # below them, so that an infinity or NaN anywhere shows.
-    ends = m.sums @ body.swapaxes(1, 2)
+    # below them, so that an infinity or NaN anywhere shows; backward in time, in the
+    # order the cascade meets the chunks.
+    ends = (np.ascontiguousarray(m.sums[:, ::-1]) if reverse else m.sums) @ body.swapaxes(1, 2)
     if not (np.isfinite(ends).all() and np.isfinite(tail).all()):
         return None
-    ends = ends[:, :width]
+    ends = np.ascontiguousarray(ends[:, :width, ::-1]) if reverse else ends[:, :width]
     if zi is not None:  # zi enters the first samples as units injected (see `_run`)
         order = zi.shape[-1]
         spans = -(-order // size)  # the chunks it reaches
@@ -348,13 +358,18 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi):
     if not np.isfinite(ends).all():
         return None
     y = np.empty((rows, length))
-    _output(y[:, :stop].reshape(rows, chunks, size), body, m.toeplitz, m.free, ends)
-    if zi is not None:
-        y[:, :spans * size] += (injected @ m.injected).reshape(rows, spans * size)
     state = ends[:, :, -1]
-    y[:, stop:] = tail @ m.toeplitz[:rest, :rest] + state @ m.free[:, :rest]
+    if reverse:
+        _output(y[:, cut].reshape(rows, chunks, size), body, m.toeplitz.T,
+                np.ascontiguousarray(m.free[:, ::-1]), ends, reverse=True)
+        y[:, :rest] = tail @ m.toeplitz[:rest, :rest].T + state @ m.free[:, :rest][:, ::-1]
+    else:
+        _output(y[:, cut].reshape(rows, chunks, size), body, m.toeplitz, m.free, ends)
+        if zi is not None:
+            y[:, :spans * size] += (injected @ m.injected).reshape(rows, spans * size)
+        y[:, stop:] = tail @ m.toeplitz[:rest, :rest] + state @ m.free[:, :rest]
     y = _moved(y.reshape(*batch, length), -1, axis)
-    if apart and y.ndim > 1:  # back in row-major order
+    if apart and not y.flags.c_contiguous:  # back in row-major order
         y = _numpy_backend._copy(np.empty(y.shape), y)
     if zi is None:
         return y, None
@@ -372,10 +387,12 @@ def _moved(v: np.ndarray, source: int, destination: int) -> np.ndarray:
     return np.moveaxis(v, source, destination)
 
 
-def _output(out, body, toeplitz, free, ends) -> None:
+def _output(out, body, toeplitz, free, ends, reverse: bool = False) -> None:
     """The chunks' output ``out`` (rows, chunks, size): ``body`` times ``toeplitz``, plus
-    each chunk's starting state (the previous chunk's end state from ``ends``; rest for
-    the first) times ``free``, block by block so that the sum is formed in cache."""
+    each chunk's starting state times ``free``, block by block so that the sum is formed
+    in cache. The starting state is the end state (from ``ends``) of the chunk before
+    it, or rest for the first; where ``reverse``, of the chunk after it, ``ends`` being
+    in the order of the cascade backward in time, and rest for the last."""
     rows, chunks, size = out.shape
     step = max(1, _BLOCK_ELEMENTS // size)  # chunks per block
     group = max(1, step // chunks)  # rows per block, where a row's chunks fit in one
@@ -383,8 +400,13 @@ def _output(out, body, toeplitz, free, ends) -> None:
         them = slice(row, row + group)
         for first in range(0, chunks, step):
             last = min(first + step, chunks)
-            block = out[them, first:last]
-            np.matmul(body[them, first:last], toeplitz, out=block)
-            if first == 0:
-                first, block = 1, block[:, 1:]
-            block += ends[them, :, first - 1:last - 1].swapaxes(1, 2) @ free
+            np.matmul(body[them, first:last], toeplitz, out=out[them, first:last])
+            if reverse:  # chunk c starts from the end state of the cascade's chunk count-2-c
+                last = min(last, chunks - 1)
+                if first < last:
+                    out[them, first:last][:, ::-1] += ends[
+                        them, :, chunks - 1 - last:chunks - 1 - first].swapaxes(1, 2) @ free
+                continue
+            first = max(first, 1)
+            if first < last:
+                out[them, first:last] += ends[them, :, first - 1:last - 1].swapaxes(1, 2) @ free

@@ -363,41 +363,92 @@ def _keep(ns, rest: bool, **size):
 class _OnHost:
     """A real filter as a function of NumPy arrays, along ``axis`` counted from the end (so
     that leading batch axes may be added), in chunks where they run: `lfilter`'s normalised
-    ``(b, a)`` or `sosfilt`'s ``(sos,)``, as float64 bytes; backward in time where
-    ``reverse``. Hashable: JAX keys compilations on it."""
+    ``(b, a)`` or `sosfilt`'s ``(sos,)``, as float64 bytes. From rest, the map ``F``; where
+    ``steady``, from the steady state of the signal's first sample, as each pass of
+    `filtfilt` starts: ``F + r e0^T``, with ``r`` the output that state gives with no input
+    for a unit first sample (`_steady_response`). Where ``reverse``, the transposed map:
+    ``F^T`` (a time-invariant filter from rest run backward in time), plus ``r``'s product
+    with the signal added to its first sample where ``steady``. Hashable: JAX keys
+    compilations on it."""
 
     design: tuple[bytes, ...]
     axis: int
     reverse: bool = False
+    steady: bool = False
 
     @property
     def adjoint(self) -> _OnHost:
-        """The transposed map: a time-invariant filter's, from rest, is the same filter run
-        backward in time."""
+        """The transposed map."""
         return dataclasses.replace(self, reverse=not self.reverse)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        """The filtered ``x``, contiguous and of its dtype (single precision computed in
+        """The map of ``x``, contiguous and of its dtype (single precision computed in
         double, as everywhere)."""
         axis = self.axis % x.ndim
         signal = np.asarray(x, np.float64)
-        y = self._run(_NUMPY, np.flip(signal, axis) if self.reverse else signal, axis)
-        return np.ascontiguousarray(np.flip(y, axis) if self.reverse else y, x.dtype)
+        if not self.reverse:
+            return np.ascontiguousarray(
+                self._run(_NUMPY, signal, axis, self._start(_NUMPY, signal, axis)), x.dtype)
+        y = self._backward(signal, axis)
+        if self.steady:
+            y[_along(y, axis, 0)] += np.tensordot(
+                signal, _steady_response(self.design, x.shape[axis]), axes=([axis], [0]))
+        return y.astype(x.dtype, copy=False)
 
     def recurrences(self, x):
-        """The same filter of a framework's ``x`` as its stages' recurrences (for programs
+        """The same map of a framework's ``x`` with its stages' recurrences (for programs
         that cannot call back into Python, such as `jax.export`'s)."""
         ns, axis = namespace({"x": x}), self.axis % x.ndim
-        x = ns.flip(x, axis) if self.reverse else x
-        y = self._run(ns, x, axis, chunks=False)
-        return ns.flip(y, axis) if self.reverse else y
+        if not self.reverse:
+            return self._run(ns, x, axis, self._start(ns, x, axis), chunks=False)
+        y = ns.flip(self._run(ns, ns.flip(x, axis), axis, chunks=False), axis)
+        if not self.steady:
+            return y
+        response = _steady_response(self.design, x.shape[axis])
+        return ns.add_into(y, _along(y, axis, slice(0, 1)),
+                           ns.apply_along(response[None], x, axis))
 
-    def _run(self, ns, x, axis: int, chunks: bool = True):
+    def _start(self, ns, x, axis: int):
+        """The initial state for ``x``: its first sample's steady state, or None (rest)."""
+        if not self.steady:
+            return None
+        coefficients = [np.frombuffer(c) for c in self.design]
+        steady = sosfilt_zi(coefficients[0].reshape(-1, 6)) if len(coefficients) == 1 \
+            else lfilter_zi(*coefficients)
+        return _steady_start(ns, steady, x, axis)
+
+    def _backward(self, signal: np.ndarray, axis: int) -> np.ndarray:
+        """The filter run backward in time over ``signal``, as a new array: in chunks
+        where they run (`_chunks.cascade`, which reads it backward), else flipped."""
         coefficients = [np.frombuffer(c) for c in self.design]
         if len(coefficients) == 1:
-            return _cascade(coefficients[0].reshape(-1, 6), ns, x, axis, None, chunks)[0]
+            steps, size = _section_steps(self.design[0], coefficients[0].size // 6), {
+                "sections": coefficients[0].size // 6}
+        else:
+            steps, size = _filter_steps(*self.design), {
+                "order": max(c.size for c in coefficients) - 1}
+        done = _chunks.applies(signal, axis, **size) and _chunks.cascade(
+            steps, signal, axis, None, reverse=True)
+        if done:
+            return done[0]
+        return np.array(np.flip(self._run(_NUMPY, np.flip(signal, axis), axis), axis))
+
+    def _run(self, ns, x, axis: int, zi=None, chunks: bool = True):
+        coefficients = [np.frombuffer(c) for c in self.design]
+        if len(coefficients) == 1:
+            return _cascade(coefficients[0].reshape(-1, 6), ns, x, axis, zi, chunks)[0]
         b, a = coefficients
-        return (_chunked if chunks else _filter)(b, a, ns, x, axis, None)[0]
+        return (_chunked if chunks else _filter)(b, a, ns, x, axis, zi)[0]
+
+
+@functools.lru_cache(maxsize=8)
+def _steady_response(design: tuple[bytes, ...], length: int) -> np.ndarray:
+    """`_OnHost`'s ``r``: the filter's ``length`` outputs from the steady state of a unit
+    first sample, with no input."""
+    f = _OnHost(design, -1, steady=True)
+    impulse = np.zeros(length)
+    impulse[0] = 1.0
+    return f._run(_NUMPY, np.zeros(length), 0, f._start(_NUMPY, impulse, 0))
 
 
 _NUMPY = _Arrays(np)
@@ -940,20 +991,36 @@ def _padded(ns, x, axis: int, padtype, edge: int):
     return ns.concat([before, x, after], axis)
 
 
-def _forward_backward(run, steady: np.ndarray, ns, x, axis: int, padtype, edge: int,
-                      work: np.dtype):
-    """SciPy's zero-phase scheme: pad by ``edge`` samples (`_edge`), filter forward from the
-    steady state of the first sample, filter the result backward from the steady state of
-    its last, and cut the padding off. ``x`` is in ``work`` precision, in which ``run(x, zi)``
-    filters forward and returns ``(y, zf)``."""
+def _steady_start(ns, steady: np.ndarray, x, axis: int):
+    """The steady state ``steady`` (`lfilter_zi`, or `sosfilt_zi`'s stacked by section)
+    scaled by ``x``'s first sample along ``axis``: an initial state laid out like ``x``
+    (after the sections' axis), in its dtype."""
     shape = [1] * x.ndim
     shape[axis] = steady.shape[-1]
-    steady = ns.cast(ns.asarray(steady.reshape(*steady.shape[:-1], *shape), like=x), work)
+    steady = ns.cast(ns.asarray(steady.reshape(*steady.shape[:-1], *shape), like=x),
+                     _dtypes(ns, x)[1])
+    return steady * x[_along(x, axis, slice(0, 1))]
+
+
+def _forward_backward(run, steady: np.ndarray, design: tuple[bytes, ...] | None, ns, x,
+                      axis: int, padtype, edge: int, **size):
+    """SciPy's zero-phase scheme: pad by ``edge`` samples (`_edge`), filter forward from the
+    steady state of the first sample, filter the result backward from the steady state of
+    its last, and cut the padding off. ``run(x, zi)`` filters forward in ``x``'s (double)
+    precision and returns ``(y, zf)``; tensors that autodiff or a trace records run the
+    filter's ``design`` (None for a complex one) of that ``size`` as `_OnHost` maps from
+    the steady state where `_on_host` (each pass is linear in its signal, the state
+    included)."""
     x = _padded(ns, x, axis, padtype, edge)
     length = x.shape[axis]
-    y, _ = run(x, steady * x[_along(x, axis, slice(0, 1))])
-    y = ns.flip(y, axis)
-    y, _ = run(y, steady * y[_along(y, axis, slice(0, 1))])
+    if design is not None and _on_chunks(ns, x, axis, **size) is None \
+            and _on_host(ns, x, axis, None, **size):
+        f = _OnHost(design, axis - x.ndim, steady=True)
+        y = ns.linear_on_host(ns.flip(ns.linear_on_host(x, f), axis), f)
+    else:
+        y, _ = run(x, _steady_start(ns, steady, x, axis))
+        y = ns.flip(y, axis)
+        y, _ = run(y, _steady_start(ns, steady, y, axis))
     return ns.flip(y, axis)[_along(y, axis, slice(edge, length - edge))]
 
 
@@ -1193,15 +1260,17 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     if method == "pad":
         edge = _edge(x, axis, padtype, padlen, max(a.size, b.size))
     x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
-                                      keep=_keep(ns, method == "gust",
-                                                 order=max(a.size, b.size) - 1))
+                                      keep=_keep(ns, True, order=max(a.size, b.size) - 1))
     if method == "gust":
         return outward(ns.cast(_gustafsson(b, a, ns, x, axis, irlen), out))
 
     def run(x, zi):
         return _chunked(b, a, ns, x, axis, zi)
 
-    y = _forward_backward(run, lfilter_zi(b, a), ns, x, axis, padtype, edge, work)
+    design = None if np.iscomplexobj(b) or np.iscomplexobj(a) else tuple(
+        c.astype(np.float64).tobytes() for c in (b, a))
+    y = _forward_backward(run, lfilter_zi(b, a), design, ns, x, axis, padtype, edge,
+                          order=max(a.size, b.size) - 1)
     return outward(ns.cast(y, out))
 
 
@@ -1343,10 +1412,11 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
     taps = 2 * len(sos) + 1 - min(np.sum(sos[:, 2] == 0), np.sum(sos[:, 5] == 0))
     edge = _edge(x, axis, padtype, padlen, int(taps))
     x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
-                                      keep=_keep(ns, False, sections=len(sos)))
+                                      keep=_keep(ns, True, sections=len(sos)))
 
     def run(x, zi):
         return _cascade(sos, ns, x, axis, zi)
 
-    y = _forward_backward(run, sosfilt_zi(sos), ns, x, axis, padtype, edge, work)
+    y = _forward_backward(run, sosfilt_zi(sos), (sos.tobytes(),), ns, x, axis, padtype, edge,
+                          sections=len(sos))
     return outward(ns.cast(y, out))
