@@ -3,13 +3,15 @@
 A torch tensor that nothing differentiates (no autograd in either mode, no torch.func
 transform, no tracing) and a concrete JAX array on the CPU are filtered like NumPy
 arrays, in chunks as matrix products, on NumPy views of their memory; the result comes
-back as the framework's tensor ("views"). A filter from rest on a tensor that autodiff or
-a trace records (torch with autograd, JAX under jit and grad, TensorFlow always) runs in
-chunks too, as one linear operation whose transpose is the same filter backward in time
-("linear"). Otherwise, and before either existed, each stage's recurrence runs through the
-framework, which differentiates it. Times both on the same float64 tensors (the chunks
-switched off for the second), alternated in one process, for `sosfilt` (Butterworth order
-8) and `lfilter` (order 4, ``(b, a)``), and prints the chunks' time over the recurrences':
+back as the framework's tensor ("views"). A filter from rest, or from the steady state of
+its first sample as each pass of `sosfiltfilt` starts, on a tensor that autodiff or a trace
+records (torch with autograd, JAX under jit and grad, TensorFlow always) runs in chunks
+too, as one linear operation whose transpose is the same filter backward in time (plus the
+steady state's part) ("linear"). Otherwise, and before either existed, each stage's
+recurrence runs through the framework, which differentiates it. Times both on the same
+float64 tensors (the chunks switched off for the second), alternated in one process, for
+`sosfilt` and `sosfiltfilt` (Butterworth order 8) and `lfilter` (order 4, ``(b, a)``), and
+prints the chunks' time over the recurrences':
 
 - views: a plain call;
 - gradient: the forward and the gradient of ``sum(w * y)`` (torch's backward, JAX's
@@ -35,7 +37,8 @@ GRADIENT_SHAPES = [(1, 10**6), (16, 4096)]
 SOS = scipy.signal.butter(8, 0.05, output="sos")
 BA = scipy.signal.butter(4, 0.05)
 FILTERS = {"sosfilt order 8": lambda t: signal.sosfilt(SOS, t),
-           "lfilter order 4": lambda t: signal.lfilter(*BA, t)}
+           "lfilter order 4": lambda t: signal.lfilter(*BA, t),
+           "sosfiltfilt order 8": lambda t: signal.sosfiltfilt(SOS, t)}
 
 
 def _time(rows, shape, name, mode, label, function, namespace, attribute, repeats=3):
