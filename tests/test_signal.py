@@ -1552,6 +1552,35 @@ def test_framework_zero_phase(framework):
     assert relative_error(framework.array(y), ss.sosfiltfilt(sos, z)) < 1e-6
 
 
+def test_tensorflow_gradient_logs_no_cast_warning(monkeypatch, caplog):
+    """A real signal's conjugate pole pairs run as complex recurrences. TensorFlow's gradient
+    of a cast from real to complex casts back and logs that it drops the imaginary part;
+    the signal is made complex with ``tf.complex`` instead, so the gradient through the
+    stages' recurrences logs nothing and is exact."""
+    import logging
+
+    from cuscan.signal import _arrays
+
+    tf = require("tensorflow")
+    monkeypatch.setattr(_arrays._TensorFlow, "runs_on_host", lambda self, x: False)
+    logger = logging.getLogger("tensorflow")
+    logger.addHandler(caplog.handler)
+    rng = np.random.default_rng(31)
+    x, weights = rng.standard_normal((2, 200)), rng.standard_normal((2, 200))
+    sos = ss.butter(4, 0.1, output="sos")
+    v = tf.constant(x)
+    try:
+        with tf.GradientTape() as tape:
+            tape.watch(v)
+            total = tf.reduce_sum(signal.sosfilt(sos, v) * weights)
+        gradient = tape.gradient(total, v)
+    finally:
+        logger.removeHandler(caplog.handler)
+    np.testing.assert_allclose(gradient.numpy(), ss.sosfilt(sos, weights[:, ::-1])[:, ::-1],
+                               rtol=1e-9, atol=1e-12)
+    assert not [r for r in caplog.records if "imaginary" in r.getMessage()]
+
+
 def test_framework_lfiltic(framework):
     """lfiltic on tensors gives the same framework's state, which lfilter continues from,
     and its exact gradients with respect to the past outputs and inputs."""

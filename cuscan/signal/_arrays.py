@@ -428,7 +428,9 @@ class _TensorFlow(_Arrays):
         return x  # tensors are row-major
 
     def cast(self, x, dtype: np.dtype):
-        return self.tf.cast(x, self.tf.as_dtype(np.dtype(dtype)))
+        if x.dtype.is_complex and np.dtype(dtype).kind != "c":
+            x = self.tf.math.real(x)  # as NumPy's astype, without tf.cast's warning
+        return self._adapter._cast(x, self.tf.as_dtype(np.dtype(dtype)))
 
     def add_into(self, w, key, value):
         # key selects a range along one axis and everything along the others
@@ -442,9 +444,8 @@ class _TensorFlow(_Arrays):
         return self.tf.math.real(x)
 
     def scaled(self, x, factor: complex):
-        tf = self.tf
-        dtype = tf.complex128 if x.dtype == tf.float64 else tf.complex64
-        return tf.cast(x, dtype) * tf.constant(factor, dtype)
+        dtype = np.complex128 if x.dtype == self.tf.float64 else np.complex64
+        return self.cast(x, dtype) * self.tf.constant(factor, self.tf.as_dtype(dtype))
 
     def imag(self, x):
         return self.tf.math.imag(x)
