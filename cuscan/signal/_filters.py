@@ -391,8 +391,10 @@ class _OnHost:
                 self._run(_NUMPY, signal, axis, self._start(_NUMPY, signal, axis)), x.dtype)
         y = self._backward(signal, axis)
         if self.steady:
+            response = _steady_response(self.design, x.shape[axis])
             y[_along(y, axis, 0)] += np.tensordot(
-                signal, _steady_response(self.design, x.shape[axis]), axes=([axis], [0]))
+                signal[_along(signal, axis, slice(0, response.size))], response,
+                axes=([axis], [0]))
         return y.astype(x.dtype, copy=False)
 
     def recurrences(self, x):
@@ -405,8 +407,8 @@ class _OnHost:
         if not self.steady:
             return y
         response = _steady_response(self.design, x.shape[axis])
-        return ns.add_into(y, _along(y, axis, slice(0, 1)),
-                           ns.apply_along(response[None], x, axis))
+        return ns.add_into(y, _along(y, axis, slice(0, 1)), ns.apply_along(
+            response[None], x[_along(x, axis, slice(0, response.size))], axis))
 
     def _start(self, ns, x, axis: int):
         """The initial state for ``x``: its first sample's steady state, or None (rest)."""
@@ -444,11 +446,15 @@ class _OnHost:
 @functools.lru_cache(maxsize=8)
 def _steady_response(design: tuple[bytes, ...], length: int) -> np.ndarray:
     """`_OnHost`'s ``r``: the filter's ``length`` outputs from the steady state of a unit
-    first sample, with no input."""
+    first sample, with no input, up to the last that is not zero (a decaying response
+    underflows to zero within a few thousand samples for most designs: the rest is not
+    kept)."""
     f = _OnHost(design, -1, steady=True)
     impulse = np.zeros(length)
     impulse[0] = 1.0
-    return f._run(_NUMPY, np.zeros(length), 0, f._start(_NUMPY, impulse, 0))
+    response = f._run(_NUMPY, np.zeros(length), 0, f._start(_NUMPY, impulse, 0))
+    nonzero = np.flatnonzero(response)
+    return response[:nonzero[-1] + 1 if nonzero.size else 0].copy()
 
 
 _NUMPY = _Arrays(np)
