@@ -410,22 +410,28 @@ class _OnHost:
         return ns.add_into(y, _along(y, axis, slice(0, 1)), ns.apply_along(
             response[None], x[_along(x, axis, slice(0, response.size))], axis))
 
+    @property
+    def _coefficients(self) -> list[np.ndarray]:
+        """The design as arrays: ``[sos]`` (rows of 6) or ``[b, a]``."""
+        if len(self.design) == 1:
+            return [np.frombuffer(self.design[0]).reshape(-1, 6)]
+        return [np.frombuffer(c) for c in self.design]
+
     def _start(self, ns, x, axis: int):
         """The initial state for ``x``: its first sample's steady state, or None (rest)."""
         if not self.steady:
             return None
-        coefficients = [np.frombuffer(c) for c in self.design]
-        steady = sosfilt_zi(coefficients[0].reshape(-1, 6)) if len(coefficients) == 1 \
-            else lfilter_zi(*coefficients)
+        coefficients = self._coefficients
+        steady = (sosfilt_zi if len(coefficients) == 1 else lfilter_zi)(*coefficients)
         return _steady_start(ns, steady, x, axis)
 
     def _backward(self, signal: np.ndarray, axis: int) -> np.ndarray:
         """The filter run backward in time over ``signal``, as a new array: in chunks
         where they run (`_chunks.cascade`, which reads it backward), else flipped."""
-        coefficients = [np.frombuffer(c) for c in self.design]
+        coefficients = self._coefficients
         if len(coefficients) == 1:
-            steps, size = _section_steps(self.design[0], coefficients[0].size // 6), {
-                "sections": coefficients[0].size // 6}
+            count = len(coefficients[0])
+            steps, size = _section_steps(self.design[0], count), {"sections": count}
         else:
             steps, size = _filter_steps(*self.design), {
                 "order": max(c.size for c in coefficients) - 1}
@@ -436,9 +442,9 @@ class _OnHost:
         return np.array(np.flip(self._run(_NUMPY, np.flip(signal, axis), axis), axis))
 
     def _run(self, ns, x, axis: int, zi=None, chunks: bool = True):
-        coefficients = [np.frombuffer(c) for c in self.design]
+        coefficients = self._coefficients
         if len(coefficients) == 1:
-            return _cascade(coefficients[0].reshape(-1, 6), ns, x, axis, zi, chunks)[0]
+            return _cascade(coefficients[0], ns, x, axis, zi, chunks)[0]
         b, a = coefficients
         return (_chunked if chunks else _filter)(b, a, ns, x, axis, zi)[0]
 
@@ -480,11 +486,19 @@ def _in_chunks(ns, steps, x, axis: int, zi, design: tuple[bytes, ...], **size) \
     return ns.from_numpy(y), None if zf is None else ns.from_numpy(zf)
 
 
+def _design(b: np.ndarray, a: np.ndarray) -> tuple[bytes, bytes] | None:
+    """A real filter's normalised ``(b, a)`` as float64 bytes (`_OnHost`'s design, and the
+    key of its cached steps), or None for a complex one, which never runs in chunks."""
+    if np.iscomplexobj(b) or np.iscomplexobj(a):
+        return None
+    return b.astype(np.float64).tobytes(), a.astype(np.float64).tobytes()
+
+
 def _chunked(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
     """`_filter`, or where they run (on a real filter and signal) the whole filter in
     chunks as matrix products (`_in_chunks`)."""
-    if not (np.iscomplexobj(b) or np.iscomplexobj(a)):
-        design = b.astype(np.float64).tobytes(), a.astype(np.float64).tobytes()
+    design = _design(b, a)
+    if design is not None:
         done = _in_chunks(ns, lambda: _filter_steps(*design), x, axis,
                           None if zi is None else ns.expand_dims(zi, 0), design,
                           order=max(a.size, b.size) - 1)
@@ -1273,9 +1287,7 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     def run(x, zi):
         return _chunked(b, a, ns, x, axis, zi)
 
-    design = None if np.iscomplexobj(b) or np.iscomplexobj(a) else tuple(
-        c.astype(np.float64).tobytes() for c in (b, a))
-    y = _forward_backward(run, lfilter_zi(b, a), design, ns, x, axis, padtype, edge,
+    y = _forward_backward(run, lfilter_zi(b, a), _design(b, a), ns, x, axis, padtype, edge,
                           order=max(a.size, b.size) - 1)
     return outward(ns.cast(y, out))
 
