@@ -7,10 +7,12 @@ back as the framework's tensor ("views"). A filter from rest, or from the steady
 its first sample as each pass of `sosfiltfilt` starts, on a tensor that autodiff or a trace
 records (torch with autograd, JAX under jit and grad, TensorFlow always) runs in chunks
 too, as one linear operation whose transpose is the same filter backward in time (plus the
-steady state's part) ("linear"). Otherwise, and before either existed, each stage's
+steady state's part) ("linear"), and so does a filter from a given zi, zi and the signal
+together as one tensor. Otherwise, and before either existed, each stage's
 recurrence runs through the framework, which differentiates it. Times both on the same
 float64 tensors (the chunks switched off for the second), alternated in one process, for
-`sosfilt` and `sosfiltfilt` (Butterworth order 8) and `lfilter` (order 4, ``(b, a)``), and
+`sosfilt` and `sosfiltfilt` (Butterworth order 8; `sosfilt` from rest and from a zi that
+depends on the signal) and `lfilter` (order 4, ``(b, a)``), and
 prints the chunks' time over the recurrences':
 
 - views: a plain call;
@@ -36,9 +38,20 @@ SHAPES = [(1, 10**6), (64, 156_250), (16, 4096)]
 GRADIENT_SHAPES = [(1, 10**6), (16, 4096)]
 SOS = scipy.signal.butter(8, 0.05, output="sos")
 BA = scipy.signal.butter(4, 0.05)
+SOS_ZI = signal.sosfilt_zi(SOS)[:, None, :]
+
+
+def _from_zi(t):
+    """`sosfilt` from a given zi: each row's first sample times the steady state (so that
+    the gradient reaches the signal through zi too)."""
+    zi = _arrays.namespace({"x": t}).asarray(SOS_ZI, like=t) * t[None, :, :1]
+    return signal.sosfilt(SOS, t, zi=zi)[0]
+
+
 FILTERS = {"sosfilt order 8": lambda t: signal.sosfilt(SOS, t),
            "lfilter order 4": lambda t: signal.lfilter(*BA, t),
-           "sosfiltfilt order 8": lambda t: signal.sosfiltfilt(SOS, t)}
+           "sosfiltfilt order 8": lambda t: signal.sosfiltfilt(SOS, t),
+           "sosfilt from zi": _from_zi}
 
 
 def _time(rows, shape, name, mode, label, function, namespace, attribute, repeats=3):

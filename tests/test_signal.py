@@ -249,6 +249,87 @@ def test_linear_maps_on_host(chunk_runs):
         np.sum(forward ** 2) * np.sum(w ** 2))
 
 
+def test_linear_maps_with_state(monkeypatch, chunk_runs):
+    """`_filters._OnHost` where ``state``: SciPy's zi and the signal packed along the time
+    axis, to the output and zf packed alike, and its transpose, whose state parts are small
+    matrices of responses (`_filters._state_maps`) cut where the state underflows. Against
+    the dense matrix of SciPy's filter from its unit inputs, for every design and band and
+    filters in (b, a) form (FIR, marginally stable), computed a few blocks at a time; by
+    the dot-product test on any axis and layout; and a response that outlasts the matrices'
+    budget leaves the filter to its recurrences, with the same values and gradients."""
+    torch = pytest.importorskip("torch")
+    from cuscan.signal import _filters
+
+    monkeypatch.setattr(_filters, "_STATE_BLOCK", 97)
+    _filters._state_maps.cache_clear()
+    ran = chunk_runs
+    rng = np.random.default_rng(31)
+    designs = [(sos.tobytes(),) for sos in (
+        DESIGNS[name](order, cutoff, kind) for name in DESIGNS for kind, cutoff in BANDS[:5]
+        for order in (1, 4))]
+    designs += [tuple(np.asarray(c, np.float64).tobytes() for c in _filters._normalized(b, a))
+                for b, a in (ss.cheby1(3, 1, 0.3, "highpass"), ss.bessel(6, 0.2),
+                             ([0.5, 0.25, 0.0, -0.125], [2.0, -1.0]), (ss.firwin(9, 0.2), [1.0]),
+                             ([1.0], [1.0, -1.0]), ([1.0, 0.5], [1.0, 0.0, 0.81]))]
+
+    def scipy_filter(design, x, axis, zi):
+        if len(design) == 1:
+            sos = np.frombuffer(design[0]).reshape(-1, 6).copy()  # SciPy writes into it
+            return ss.sosfilt(sos, x, axis=axis, zi=zi)
+        return ss.lfilter(*(np.frombuffer(c) for c in design), x, axis=axis, zi=zi)
+
+    def packed_scipy(design, p, axis):
+        """SciPy's filter of ``p`` = zi's filters, then the signal, along ``axis``."""
+        count, order = _filters._OnHost(design, axis).stack
+        size = count * order
+        p = np.moveaxis(p, axis, -1)
+        zi = np.moveaxis(p[..., :size].reshape(*p.shape[:-1], count, order), -2, 0)
+        y, zf = scipy_filter(design, p[..., size:], -1, zi if len(design) == 1 else zi[0])
+        zf = zf.reshape(count, *p.shape[:-1], order) if len(design) == 1 else zf[None]
+        return np.moveaxis(np.concatenate([y, *zf], axis=-1), -1, axis)
+
+    for d, design in enumerate(designs):
+        f = _filters._OnHost(design, -1, state=True)
+        count, order = f.stack
+        size, length = count * order, (300, 130, 1000)[d % 3]
+        dense = packed_scipy(design, np.eye(size + length), -1).T  # column j: unit j's map
+        q = rng.standard_normal((2, size + length))
+        ran.clear()
+        forward, transposed = f(q), f.adjoint(q)
+        assert ran, d
+        assert all(ran), d
+        # Within 1e-10 of a product's rounding bound (the forward map runs from zi as
+        # `test_sosfilt_chunks` checks: up to 1.5e-11 of it, for band-stop designs).
+        assert np.all(np.abs(forward - q @ dense.T) <= 1e-10 * (np.abs(q) @ np.abs(dense).T)), d
+        assert np.all(np.abs(transposed - q @ dense) <= 1e-10 * (np.abs(q) @ np.abs(dense))), d
+    for shape, axis in (((1031,), 0), ((3, 500), -1), ((2, 257, 3), 1), ((400, 4), 0)):
+        for design in designs[2], designs[-6], designs[-2]:
+            f = _filters._OnHost(design, axis - len(shape), state=True)
+            grown = list(shape)
+            grown[axis] += f.stack[0] * f.stack[1]
+            p, q = rng.standard_normal(grown), rng.standard_normal(grown)
+            q = np.flip(q, axis)  # a reversed view
+            forward = f(p)
+            assert relative_error(forward, packed_scipy(design, p, axis)) <= 1e-12
+            assert abs(np.sum(forward * q) - np.sum(p * f.adjoint(q))) <= 1e-12 * np.sqrt(
+                np.sum(forward ** 2) * np.sum(q ** 2)), (shape, axis)
+    # A response longer than the budget: the recurrences, as before.
+    monkeypatch.setattr(_filters, "_STATE_ELEMENTS", 500)
+    _filters._state_maps.cache_clear()
+    b, a = ss.butter(2, 0.002)
+    assert _filters._state_maps(_filters._design(*_filters._normalized(b, a)), 1000) is None
+    x, zi = rng.standard_normal((2, 1000)), rng.standard_normal((2, 2))
+    tensors = [torch.tensor(v, requires_grad=True) for v in (x, zi)]
+    ran.clear()
+    y, zf = signal.lfilter(b, a, *tensors[:1], zi=tensors[1])
+    assert not ran
+    want_y, want_zf = ss.lfilter(b, a, x, zi=zi)
+    assert relative_error(y.detach().numpy(), want_y) <= 1e-12
+    assert relative_error(zf.detach().numpy(), want_zf) <= 1e-12
+    assert torch.autograd.gradcheck(lambda x, zi: signal.lfilter(b, a, x, zi=zi),
+                                    [t[:, :200] if t.shape[1] > 2 else t for t in tensors])
+
+
 def test_lfilter_chunks(chunk_runs):
     """`lfilter`, `filtfilt` and Gustafsson's `filtfilt` through the whole filter in chunks
     as matrix products on NumPy arrays: designs in (b, a) form, FIR filters, a state
@@ -1370,10 +1451,9 @@ def test_framework_chunks(framework, chunk_runs):
     """On the CPU, torch tensors that nothing differentiates and concrete JAX arrays are
     filtered in chunks on NumPy views of their memory, as NumPy arrays are, and come back
     as the framework's tensors. On tensors that autodiff or a trace may record, filters
-    from rest and the passes of `filtfilt` and `sosfiltfilt` (from the steady state of
-    their first sample) run in chunks as linear operations
-    (`test_framework_chunk_gradients`), in TensorFlow too; from a given zi they run the
-    stages' recurrences."""
+    from rest or a given zi and the passes of `filtfilt` and `sosfiltfilt` (from the
+    steady state of their first sample) run in chunks as linear operations
+    (`test_framework_chunk_gradients`), in TensorFlow too."""
     rng = np.random.default_rng(18)
     x, zi = rng.standard_normal((3, 500)), rng.standard_normal((4, 3, 2))
     sos = ss.butter(8, 0.1, output="sos")
@@ -1385,19 +1465,25 @@ def test_framework_chunks(framework, chunk_runs):
 
     expected = (*ss.sosfilt(sos, x, zi=zi), ss.lfilter(b, a, x), ss.filtfilt(b, a, x),
                 ss.sosfiltfilt(sos, x))
+    from cuscan.signal import _filters
+
+    # From zi, the first map that autodiff or a trace may record computes the matrices of
+    # the state's part: its responses in chunks too, one run for zi and one per section.
+    _filters._state_maps.cache_clear()
+    maps = 1 + len(sos)
     results = run(framework.tensor(x), framework.tensor(zi))
     for result, want in zip(results, expected, strict=True):
         assert framework.is_native(result)
         assert relative_error(framework.array(result), want) <= 1e-12
     on_cpu = framework.device.lower() == "cpu"
-    # TensorFlow: a tape may watch any tensor unseen, so all but sosfilt from zi run.
-    assert chunk_runs == ([True] * (5 if framework.name == "tf" else 6) if on_cpu else [])
+    # TensorFlow: a tape may watch any tensor unseen, so the maps are computed.
+    assert chunk_runs == ([True] * (6 + maps * (framework.name == "tf")) if on_cpu else [])
     chunk_runs.clear()
     module = framework.module
     if framework.name == "torch":
         tensor = framework.tensor(x).requires_grad_()
         run(tensor, framework.tensor(zi))[0].sum().backward()
-        assert chunk_runs == ([True] * 5 if on_cpu else [])
+        assert chunk_runs == ([True] * (6 + maps + 1) if on_cpu else [])
         chunk_runs.clear()
         with module.no_grad():
             run(tensor, framework.tensor(zi))
@@ -1411,10 +1497,10 @@ def test_framework_chunks(framework, chunk_runs):
             y = signal.sosfilt(sos, dual, zi=framework.tensor(zi))[0]
             np.testing.assert_allclose(framework.array(fwAD.unpack_dual(y).tangent),
                                        ss.sosfilt(sos, tangent), rtol=1e-10, atol=1e-12)
-        assert not chunk_runs
+        assert chunk_runs == ([True] * 2 if on_cpu else [])  # the map, and on the tangent
     if framework.name == "jax":
         module.jit(lambda x, zi: run(x, zi))(framework.tensor(x), framework.tensor(zi))
-        assert chunk_runs == ([True] * 5 if on_cpu else [])
+        assert chunk_runs == ([True] * (6 + maps) if on_cpu else [])
 
 
 def test_framework_chunk_gradients(framework, chunk_runs):
@@ -1451,6 +1537,42 @@ def test_framework_chunk_gradients(framework, chunk_runs):
             np.testing.assert_allclose(grad[:, at], scipy_function(step) @ w.T, rtol=1e-9,
                                        atol=1e-12)
         assert (len(chunk_runs) > 0 and all(chunk_runs)) == on_cpu, (name, chunk_runs)
+    # From a given zi, the signal and zi together: exact against the dense matrix of
+    # SciPy's filter from its unit inputs (rows), lfilter along axis 0 and sosfilt.
+    count, length = len(sos), x.shape[1]
+    order = max(len(a), len(b)) - 1
+    eye = np.eye(order + length)
+    y, zf = ss.lfilter(b, a, eye[:, order:], zi=eye[:, :order])
+    dense_b = np.concatenate([y, zf], axis=1)
+    eye = np.eye(2 * count + length)
+    y, zf = ss.sosfilt(sos, eye[:, 2 * count:],
+                       zi=eye[:, :2 * count].reshape(-1, count, 2).transpose(1, 0, 2))
+    dense_sos = np.concatenate([y, zf.transpose(1, 0, 2).reshape(len(eye), -1)], axis=1)
+    zi_b, zi_sos = rng.standard_normal((order, 3)), rng.standard_normal((count, 3, 2))
+    w_b, w_sos = rng.standard_normal((order, 3)), rng.standard_normal((count, 3, 2))
+
+    def from_zi_b(v, zi):
+        y, zf = signal.lfilter(b, a, v, axis=0, zi=zi)
+        return framework.total(y * framework.tensor(weights.T)) + framework.total(
+            zf * framework.tensor(w_b))
+
+    def from_zi_sos(v, zi):
+        y, zf = signal.sosfilt(sos, v, zi=zi)
+        return framework.total(y * framework.tensor(weights)) + framework.total(
+            zf * framework.tensor(w_sos))
+
+    chunk_runs.clear()
+    grads = framework.grad(from_zi_b, x.T, zi_b)
+    exact = np.concatenate([weights, w_b.T], axis=1) @ dense_b.T
+    np.testing.assert_allclose(grads[0], exact[:, order:].T, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(grads[1], exact[:, :order].T, rtol=1e-9, atol=1e-12)
+    grads = framework.grad(from_zi_sos, x, zi_sos)
+    exact = np.concatenate([weights, w_sos.transpose(1, 0, 2).reshape(3, -1)], axis=1) \
+        @ dense_sos.T
+    np.testing.assert_allclose(grads[0], exact[:, 2 * count:], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(grads[1], exact[:, :2 * count].reshape(3, count, 2).transpose(
+        1, 0, 2), rtol=1e-9, atol=1e-12)
+    assert (len(chunk_runs) > 0 and all(chunk_runs)) == on_cpu, chunk_runs
     single = signal.sosfilt(sos, framework.tensor(x.astype(np.float32)))
     assert framework.array(single).dtype == np.float32
     assert relative_error(framework.array(single), ss.sosfilt(sos, x)) < BOUND[np.float32]
@@ -1459,6 +1581,9 @@ def test_framework_chunk_gradients(framework, chunk_runs):
         tensor = framework.tensor(x[:, :300]).requires_grad_()
         for function in (lambda v: signal.sosfilt(sos, v), lambda v: signal.sosfiltfilt(sos, v)):
             assert module.autograd.gradcheck(function, (tensor,), check_forward_ad=True)
+        state = framework.tensor(zi_sos).requires_grad_()
+        assert module.autograd.gradcheck(lambda v, zi: signal.sosfilt(sos, v, zi=zi),
+                                         (tensor, state), check_forward_ad=True)
         assert module.autograd.gradgradcheck(lambda v: signal.lfilter(b, a, v) ** 2, (tensor,))
     if framework.name == "jax":
         jax = module
@@ -1485,6 +1610,11 @@ def test_framework_chunk_gradients(framework, chunk_runs):
         chunk_runs.clear()
         np.testing.assert_allclose(np.asarray(exported.call(v)), grad, rtol=1e-9, atol=1e-12)
         assert not chunk_runs
+        exported = jax.export.export(jax.jit(jax.grad(from_zi_sos, argnums=(0, 1))))(
+            v, framework.tensor(zi_sos))
+        for result, want in zip(exported.call(v, framework.tensor(zi_sos)),
+                                framework.grad(from_zi_sos, x, zi_sos), strict=True):
+            np.testing.assert_allclose(np.asarray(result), want, rtol=1e-9, atol=1e-12)
     if framework.name == "tf":
         tf = module
         v = framework.tensor(x)

@@ -345,18 +345,20 @@ def _on_chunks(ns, x, axis: int, zi=None, **size) -> tuple | None:
 def _on_host(ns, x, axis: int, zi, **size) -> bool:
     """Whether a filter of that ``size`` runs on a tensor that autodiff or a trace may
     record as a linear map of its NumPy views (`_OnHost`, through ``ns.linear_on_host``):
-    a real signal of fixed shape on the CPU that `_chunks.fits`, without zi."""
+    a real signal of fixed shape on the CPU that `_chunks.fits`, and a real zi (if any)
+    on the CPU too."""
     shape = tuple(x.shape)
-    return zi is None and ns.kind(x) == "f" and all(type(n) is int for n in shape) \
+    return ns.kind(x) == "f" and all(type(n) is int for n in shape) \
         and ns.runs_on_host(x) \
+        and (zi is None or (ns.kind(zi) != "c" and ns.runs_on_host(zi))) \
         and _chunks.fits(shape, ns.strides(x), ns.itemsize(x), axis, **size)
 
 
-def _keep(ns, rest: bool, **size):
+def _keep(ns, **size):
     """`_time_major`'s ``keep`` for a filter of that ``size``: whether it runs in chunks
-    on the signal as it is laid out (as `_OnHost` too where it starts from ``rest``)."""
+    on the signal as it is laid out (as `_OnHost` too)."""
     return lambda x, axis: (_on_chunks(ns, x, axis, **size) is not None
-                            or (rest and _on_host(ns, x, axis, None, **size)))
+                            or _on_host(ns, x, axis, None, **size))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -368,27 +370,45 @@ class _OnHost:
     `filtfilt` starts: ``F + r e0^T``, with ``r`` the output that state gives with no input
     for a unit first sample (`_steady_response`). Where ``reverse``, the transposed map:
     ``F^T`` (a time-invariant filter from rest run backward in time), plus ``r``'s product
-    with the signal added to its first sample where ``steady``. Hashable: JAX keys
-    compilations on it."""
+    with the signal added to its first sample where ``steady``.
+
+    Where ``state``, the map of SciPy's zi and the signal together to the output and zf,
+    each along the axis: zi's stacked filters one after the other (`_packed`) and then the
+    signal, to the output and then zf packed alike; ``y = F x + Z zi`` and ``zf = G x + P
+    zi``. Its transpose takes the output's and zf's cotangents ``(gy, gzf)`` to zi's and
+    the signal's: ``(Z^T gy + P^T gzf, F^T gy + G^T gzf)``, the small matrices from
+    `_state_maps`. Hashable: JAX keys compilations on it."""
 
     design: tuple[bytes, ...]
     axis: int
     reverse: bool = False
     steady: bool = False
+    state: bool = False
 
     @property
     def adjoint(self) -> _OnHost:
         """The transposed map."""
         return dataclasses.replace(self, reverse=not self.reverse)
 
+    @property
+    def stack(self) -> tuple[int, int]:
+        """SciPy's zi stacked by filter: (filters, the length of each one's state)."""
+        coefficients = self._coefficients
+        if len(coefficients) == 1:
+            return len(coefficients[0]), 2
+        return 1, max(c.size for c in coefficients) - 1
+
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """The map of ``x``, contiguous and of its dtype (single precision computed in
         double, as everywhere)."""
         axis = self.axis % x.ndim
         signal = np.asarray(x, np.float64)
+        if self.state:
+            return np.ascontiguousarray(self._with_state(_NUMPY, signal, axis), x.dtype)
         if not self.reverse:
             return np.ascontiguousarray(
-                self._run(_NUMPY, signal, axis, self._start(_NUMPY, signal, axis)), x.dtype)
+                self._run(_NUMPY, signal, axis, self._start(_NUMPY, signal, axis))[0],
+                x.dtype)
         y = self._backward(signal, axis)
         if self.steady:
             response = _steady_response(self.design, x.shape[axis])
@@ -401,9 +421,11 @@ class _OnHost:
         """The same map of a framework's ``x`` with its stages' recurrences (for programs
         that cannot call back into Python, such as `jax.export`'s)."""
         ns, axis = namespace({"x": x}), self.axis % x.ndim
+        if self.state:
+            return self._with_state(ns, x, axis, chunks=False)
         if not self.reverse:
-            return self._run(ns, x, axis, self._start(ns, x, axis), chunks=False)
-        y = ns.flip(self._run(ns, ns.flip(x, axis), axis, chunks=False), axis)
+            return self._run(ns, x, axis, self._start(ns, x, axis), chunks=False)[0]
+        y = ns.flip(self._run(ns, ns.flip(x, axis), axis, chunks=False)[0], axis)
         if not self.steady:
             return y
         response = _steady_response(self.design, x.shape[axis])
@@ -418,11 +440,13 @@ class _OnHost:
         return [np.frombuffer(c) for c in self.design]
 
     def _start(self, ns, x, axis: int):
-        """The initial state for ``x``: its first sample's steady state, or None (rest)."""
+        """The initial state for ``x``, stacked by filter: its first sample's steady state,
+        or None (rest)."""
         if not self.steady:
             return None
         coefficients = self._coefficients
-        steady = (sosfilt_zi if len(coefficients) == 1 else lfilter_zi)(*coefficients)
+        steady = sosfilt_zi(*coefficients) if len(coefficients) == 1 \
+            else lfilter_zi(*coefficients)[None]
         return _steady_start(ns, steady, x, axis)
 
     def _backward(self, signal: np.ndarray, axis: int) -> np.ndarray:
@@ -439,14 +463,56 @@ class _OnHost:
             steps, signal, axis, None, reverse=True)
         if done:
             return done[0]
-        return np.array(np.flip(self._run(_NUMPY, np.flip(signal, axis), axis), axis))
+        return np.array(np.flip(self._run(_NUMPY, np.flip(signal, axis), axis)[0], axis))
 
     def _run(self, ns, x, axis: int, zi=None, chunks: bool = True):
+        """The filter over ``x`` from ``zi`` (stacked by filter) or rest, in chunks where
+        they run unless not ``chunks``: ``(y, zf)``, zf stacked (None without zi)."""
         coefficients = self._coefficients
         if len(coefficients) == 1:
-            return _cascade(coefficients[0], ns, x, axis, zi, chunks)[0]
+            return _cascade(coefficients[0], ns, x, axis, zi, chunks)
         b, a = coefficients
-        return (_chunked if chunks else _filter)(b, a, ns, x, axis, zi)[0]
+        y, zf = (_chunked if chunks else _filter)(b, a, ns, x, axis,
+                                                  None if zi is None else zi[0])
+        return y, None if zf is None else ns.expand_dims(zf, 0)
+
+    def _with_state(self, ns, x, axis: int, chunks: bool = True):
+        """The map where ``state``, on NumPy arrays in chunks (where they run) or on a
+        framework's with the recurrences."""
+        count, order = self.stack
+        size, length = count * order, x.shape[axis] - count * order
+        if not self.reverse:
+            zi = _unpacked(ns, x[_along(x, axis, slice(0, size))], axis, count)
+            y, zf = self._run(ns, x[_along(x, axis, slice(size, None))], axis, zi, chunks)
+            return ns.concat([y, _packed(ns, zf, axis)], axis)
+        gy, gzf = x[_along(x, axis, slice(0, length))], x[_along(x, axis, slice(length, None))]
+        maps = _state_maps(self.design, length)
+        if chunks:
+            gx = self._backward(gy, axis)
+        else:
+            gx = ns.flip(self._run(ns, ns.flip(gy, axis), axis, chunks=False)[0], axis)
+        ends = len(maps.ends)
+        if ends:
+            gx = ns.add_into(gx, _along(gx, axis, slice(length - ends, None)),
+                             ns.apply_along(maps.ends, gzf, axis))
+        gzi = ns.apply_along(maps.last, gzf, axis)
+        if maps.free.shape[1]:
+            gzi = gzi + ns.apply_along(
+                maps.free, gy[_along(gy, axis, slice(0, maps.free.shape[1]))], axis)
+        return ns.concat([gzi, gx], axis)
+
+
+def _packed(ns, zi, axis: int):
+    """A zi stacked by filter (filters, ..., order along ``axis``, ...), its filters one
+    after the other along ``axis``: `_OnHost`'s packing where ``state``."""
+    return ns.concat([zi[k] for k in range(zi.shape[0])], axis)
+
+
+def _unpacked(ns, packed, axis: int, count: int):
+    """`_packed`'s zi stacked by filter again, from its ``count`` filters along ``axis``."""
+    order = packed.shape[axis] // count
+    return ns.stack([packed[_along(packed, axis, slice(k * order, (k + 1) * order))]
+                     for k in range(count)])
 
 
 @functools.lru_cache(maxsize=8)
@@ -458,9 +524,113 @@ def _steady_response(design: tuple[bytes, ...], length: int) -> np.ndarray:
     f = _OnHost(design, -1, steady=True)
     impulse = np.zeros(length)
     impulse[0] = 1.0
-    response = f._run(_NUMPY, np.zeros(length), 0, f._start(_NUMPY, impulse, 0))
+    response = f._run(_NUMPY, np.zeros(length), 0, f._start(_NUMPY, impulse, 0))[0]
     nonzero = np.flatnonzero(response)
     return response[:nonzero[-1] + 1 if nonzero.size else 0].copy()
+
+
+# `_state_maps` keeps at most _STATE_ELEMENTS numbers in each of its matrices, computing
+# them _STATE_BLOCK samples at a time: a response that outlasts that (a pole within about
+# 1e-4 of the unit circle, for a design of a few sections) leaves the filter to its
+# recurrences.
+_STATE_ELEMENTS = 1 << 22
+_STATE_BLOCK = 1 << 14
+
+
+@dataclasses.dataclass(frozen=True)
+class _StateMaps:
+    """`_OnHost`'s matrices where ``state``, over a signal of some length, on zi and zf
+    packed (`_packed`, ``n`` numbers): ``free`` (n, M), the outputs each unit of zi gives
+    with no input (``Z^T``, up to its last non-zero sample); ``last`` (n, n), the zf each
+    one leaves (``P^T``); ``ends`` (K, n), the zf a unit sample leaves, the last sample's
+    in the last row (``G^T``, from the signal's end back to the first non-zero row)."""
+
+    free: np.ndarray
+    last: np.ndarray
+    ends: np.ndarray
+
+
+@functools.lru_cache(maxsize=4)
+def _state_maps(design: tuple[bytes, ...], length: int) -> _StateMaps | None:
+    """`_StateMaps` for the filter `_OnHost` takes as ``design`` over ``length`` samples,
+    or None where a response outlasts _STATE_ELEMENTS numbers.
+
+    The responses are cut where the filter's state falls below the smallest normal
+    number: what is dropped is below that times the filter's gain, per unit of zi or of
+    zf's cotangent. zf from a signal is SciPy's transposed direct form's state: per filter
+    of order ``m`` with input ``u`` and output ``v``, ``zf[i] = sum_{j=i+1}^{m} b[j] u[L -
+    j + i] - a[j] v[L - j + i]``, with the inputs and outputs of each filter of the
+    cascade for a unit sample."""
+    f = _OnHost(design, -1)
+    count, order = f.stack
+    size = count * order
+    units = _unpacked(_NUMPY, np.eye(size), 1, count)  # (count, size, order)
+    done = _decaying(f, units, length)
+    if done is None:
+        return None
+    free, zf = done
+    last = np.concatenate(list(zf), axis=1)
+    if len(design) == 1:
+        stages = [((row.tobytes(),), *_normalized(row[:3], row[3:]))
+                  for row in f._coefficients[0]]
+    else:
+        stages = [(design, *f._coefficients)]
+    u, states = np.ones((1, 1)), []
+    for stage, b, a in stages:
+        done = _decaying(_OnHost(stage, -1), np.zeros((1, 1, order)), length, u)
+        if done is None:
+            return None
+        v = done[0]
+        b, a = (np.pad(c, (0, order + 1 - c.size)) for c in (b, a))
+        span = min(length, max(u.shape[1], v.shape[1]) + order - 1)
+        state = np.zeros((span, order))
+        for i in range(order):
+            for j in range(i + 1, order + 1):
+                shift = j - i - 1
+                state[shift:, i] += b[j] * _window(u[0], span - shift) \
+                    - a[j] * _window(v[0], span - shift)
+        states.append(state)
+        u = v
+    span = max(len(state) for state in states)
+    ends = np.concatenate([np.pad(state, ((0, span - len(state)), (0, 0))) for state in states],
+                          axis=1)
+    nonzero = np.flatnonzero(ends.any(axis=1))
+    ends = ends[:nonzero[-1] + 1 if nonzero.size else 0]
+    if ends.size > _STATE_ELEMENTS:
+        return None
+    return _StateMaps(free=free, last=last, ends=np.ascontiguousarray(ends[::-1]))
+
+
+def _window(v: np.ndarray, length: int) -> np.ndarray:
+    """``v``'s first ``length`` samples, zeros after its end."""
+    return np.pad(v[:length], (0, max(0, length - v.size)))
+
+
+def _decaying(f: _OnHost, zi: np.ndarray, length: int, signal: np.ndarray | None = None):
+    """``f`` over ``length`` samples of ``signal`` (rows, any length; zeros after it) or
+    none, from ``zi`` (stacked, one row per signal row), _STATE_BLOCK samples at a time
+    until the state falls below the smallest normal number after the signal: ``(y, zf)``,
+    y up to its last non-zero sample and zf zero where cut; None where y would hold more
+    than _STATE_ELEMENTS numbers first."""
+    rows, tiny = zi.shape[1], np.finfo(np.float64).tiny
+    given = 0 if signal is None else signal.shape[1]
+    pieces, done = [], 0
+    while done < length:
+        block = np.zeros((rows, min(length - done, _STATE_BLOCK)))
+        if done < given:
+            part = signal[:, done:done + block.shape[1]]
+            block[:, :part.shape[1]] = part
+        y, zi = f._run(_NUMPY, block, 1, zi)
+        pieces.append(y)
+        done += block.shape[1]
+        if done >= given and (np.abs(zi) < tiny).all():
+            zi = np.zeros_like(zi)
+            break
+        if rows * done > _STATE_ELEMENTS:
+            return None
+    y = np.concatenate(pieces, axis=1) if pieces else np.zeros((rows, 0))
+    nonzero = np.flatnonzero(y.any(axis=0))
+    return np.ascontiguousarray(y[:, :nonzero[-1] + 1 if nonzero.size else 0]), zi
 
 
 _NUMPY = _Arrays(np)
@@ -472,12 +642,20 @@ def _in_chunks(ns, steps, x, axis: int, zi, design: tuple[bytes, ...], **size) \
     ``x`` in chunks as matrix products, from ``zi`` stacked by filter or rest: ``(y, zf)``
     as ``ns`` arrays (zf stacked too; None without zi), or None where the chunks do not
     run (`_on_chunks`, or `_chunks.cascade` declining). Tensors a trace or autodiff may
-    record run the filter's ``design`` (`_OnHost`) as a linear map where `_on_host`."""
+    record run the filter's ``design`` (`_OnHost`) as a linear map where `_on_host` (with
+    zi and x packed into one signal, where `_state_maps` has its matrices)."""
     views = _on_chunks(ns, x, axis, zi, **size)
     if views is None:
-        if not _on_host(ns, x, axis, zi, **size):
+        length = x.shape[axis]
+        if not _on_host(ns, x, axis, zi, **size) \
+                or (zi is not None and _state_maps(design, length) is None):
             return None
-        return ns.linear_on_host(x, _OnHost(design, axis - x.ndim)), None
+        if zi is None:
+            return ns.linear_on_host(x, _OnHost(design, axis - x.ndim)), None
+        packed = ns.concat([_packed(ns, ns.cast(zi, _dtypes(ns, x)[0]), axis), x], axis)
+        out = ns.linear_on_host(packed, _OnHost(design, axis - x.ndim, state=True))
+        return out[_along(out, axis, slice(0, length))], _unpacked(
+            ns, out[_along(out, axis, slice(length, None))], axis, zi.shape[0])
     done = _chunks.cascade(steps(), views[0], axis,
                            None if zi is None else np.asarray(views[1], np.float64))
     if done is None:
@@ -718,7 +896,7 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     zi = _state(ns, zi, x, axis, order)
     work, out = _dtypes(ns, x, b, a, state=zi)
     x, time, inward, outward = _time_major(ns, ns.cast(x, work), axis,
-                                           keep=_keep(ns, zi is None, order=order))
+                                           keep=_keep(ns, order=order))
     y, zf = _chunked(b, a, ns, x, time, None if zi is None else inward(zi))
     y = outward(ns.cast(y, out))
     return y if zf is None else (y, outward(ns.cast(zf, out)))
@@ -792,7 +970,7 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     zi = _state(ns, zi, x, axis, 2, sections=sos.shape[0])
     work, out = _dtypes(ns, x, sos, state=zi)
     x, time, inward, outward = _time_major(ns, ns.cast(x, work), axis,
-                                           keep=_keep(ns, zi is None, sections=len(sos)))
+                                           keep=_keep(ns, sections=len(sos)))
     y, zf = _cascade(sos, ns, x, time, None if zi is None else inward(zi, lead=1))
     y = outward(ns.cast(y, out))
     return y if zi is None else (y, outward(ns.cast(zf, out), lead=1))
@@ -1280,7 +1458,7 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     if method == "pad":
         edge = _edge(x, axis, padtype, padlen, max(a.size, b.size))
     x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
-                                      keep=_keep(ns, True, order=max(a.size, b.size) - 1))
+                                      keep=_keep(ns, order=max(a.size, b.size) - 1))
     if method == "gust":
         return outward(ns.cast(_gustafsson(b, a, ns, x, axis, irlen), out))
 
@@ -1430,7 +1608,7 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
     taps = 2 * len(sos) + 1 - min(np.sum(sos[:, 2] == 0), np.sum(sos[:, 5] == 0))
     edge = _edge(x, axis, padtype, padlen, int(taps))
     x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
-                                      keep=_keep(ns, True, sections=len(sos)))
+                                      keep=_keep(ns, sections=len(sos)))
 
     def run(x, zi):
         return _cascade(sos, ns, x, axis, zi)
