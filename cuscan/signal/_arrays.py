@@ -155,6 +155,11 @@ class _Arrays:
     def stack(self, arrays):
         return self.xp.stack(arrays)
 
+    def split(self, x, index: int, axis: int) -> tuple:
+        """``x`` before and from ``index`` along ``axis`` (one operation, whose gradient is
+        one concatenation where slices would each be padded to ``x``'s shape)."""
+        return tuple(self.xp.split(x, [index], axis=axis))
+
     def broadcast_to(self, x, shape):
         return self.xp.broadcast_to(x, shape)
 
@@ -273,6 +278,9 @@ class _Torch(_Arrays):
 
     def stack(self, arrays):
         return self.torch.stack(arrays)
+
+    def split(self, x, index: int, axis: int) -> tuple:
+        return self.torch.split(x, [index, x.shape[axis] - index], axis)
 
     def broadcast_to(self, x, shape):
         return x.expand(shape)
@@ -464,6 +472,9 @@ class _TensorFlow(_Arrays):
 
     def stack(self, arrays):
         return self.tf.stack(arrays)
+
+    def split(self, x, index: int, axis: int) -> tuple:
+        return tuple(self.tf.split(x, [index, x.shape[axis] - index], axis))
 
     def broadcast_to(self, x, shape):
         return self.tf.broadcast_to(x, shape)

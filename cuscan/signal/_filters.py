@@ -653,9 +653,9 @@ def _in_chunks(ns, steps, x, axis: int, zi, design: tuple[bytes, ...], **size) \
         if zi is None:
             return ns.linear_on_host(x, _OnHost(design, axis - x.ndim)), None
         packed = ns.concat([_packed(ns, ns.cast(zi, _dtypes(ns, x)[0]), axis), x], axis)
-        out = ns.linear_on_host(packed, _OnHost(design, axis - x.ndim, state=True))
-        return out[_along(out, axis, slice(0, length))], _unpacked(
-            ns, out[_along(out, axis, slice(length, None))], axis, zi.shape[0])
+        y, zf = ns.split(ns.linear_on_host(packed, _OnHost(design, axis - x.ndim, state=True)),
+                         length, axis)
+        return y, _unpacked(ns, zf, axis, zi.shape[0])
     done = _chunks.cascade(steps(), views[0], axis,
                            None if zi is None else np.asarray(views[1], np.float64))
     if done is None:
@@ -876,8 +876,8 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     working precision (refined in exact arithmetic up to order 128), and the
     stages run in an order that keeps the intermediate signal small. On real
     NumPy signals of at least 128 samples and filters up to order 64 (and
-    CPU tensors, differentiated too where the filter starts from rest) the
-    whole filter runs chunk by chunk as matrix products instead, its states
+    real CPU tensors, differentiated too, with or without `zi`) the whole
+    filter runs chunk by chunk as matrix products instead, its states
     in the same forms solved as recurrences over the chunks (docs/signal.md).
     The coefficients of a high-order design rounded to double precision can
     describe a different filter from the one designed, even an unstable one,
@@ -949,9 +949,9 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     a conjugate pair as one complex recurrence straight on the section's
     input (partial fractions), any other section as its numerator (a
     three-tap moving sum) and a recurrence per real pole; see `lfilter`. On
-    NumPy arrays of at least 128 samples (and CPU tensors, differentiated
-    too where the cascade starts from rest) the whole cascade runs chunk by
-    chunk as matrix products instead, its states in the same forms solved as
+    NumPy arrays of at least 128 samples (and real CPU tensors, differentiated
+    too, with or without `zi`) the whole cascade runs chunk by chunk as
+    matrix products instead, its states in the same forms solved as
     recurrences over the chunks (docs/signal.md). Accuracy against ``scipy.signal.sosfilt`` on
     standard designs (Butterworth, Chebyshev I and II, elliptic, Bessel;
     orders 1 to 12; low-, high-, band-pass and band-stop): maximum error over
