@@ -180,10 +180,11 @@ def test_sosfilt_coefficient_dtypes(chunk_runs):
 
 def test_linear_maps_on_host(chunk_runs):
     """The linear maps tensors that autodiff records run on the CPU (`_filters._OnHost`):
-    a filter from rest or from its first sample's steady state (each pass of
-    `filtfilt`'s), and their transposes, the filter backward in time (the chunks cut from
-    the end, read and written in place) plus the steady state's response's product with
-    the signal added to the first sample. Against SciPy and by the dot-product test
+    a filter from rest or from its first sample's steady state (`filtfilt`'s first pass),
+    or backward in time from its last sample's (its second, without flipping), and their
+    transposes: the filter backward in time (the chunks cut from the end, read and written
+    in place) or forward, plus the steady state's response's product with the signal added
+    to the first or last samples. Against SciPy and by the dot-product test
     ``<F x, w> = <x, F^T w>``, for every design and band, filters in (b, a) form, lengths
     the chunks divide and not, any axis, reversed views and channels apart."""
     from cuscan.signal import _filters
@@ -229,6 +230,19 @@ def test_linear_maps_on_host(chunk_runs):
         transposed = steady.adjoint(w)
         assert abs(np.sum(forward * w) - np.sum(x * transposed)) <= 1e-10 * np.sqrt(
             np.sum(forward ** 2) * np.sum(w ** 2)), d
+        # The pass backward in time from the last sample's steady state, unflipped.
+        flipped = _filters._OnHost(design, axis, steady=True, flipped=True)
+        ran.clear()
+        backward = flipped(x)
+        assert ran == [True], d
+        reverse = np.flip(x, axis)
+        want = np.flip(scipy_filter(design, reverse, axis, steady_start(design, reverse, axis))[0],
+                       axis)
+        # (as the sum of the pass from rest and the state's part: up to 1.7e-11 seen)
+        assert np.max(np.abs(backward - want)) <= 1e-10 * np.sqrt(np.mean(x ** 2)), d
+        transposed = flipped.adjoint(w)
+        assert abs(np.sum(backward * w) - np.sum(x * transposed)) <= 1e-10 * np.sqrt(
+            np.sum(backward ** 2) * np.sum(w ** 2)), d
     sos = ss.cheby2(5, 40, 0.1, output="sos")
     for shape, axis in (((130,), 0), ((3, 1031), -1), ((2, 257, 3), 1), ((257, 4), 0),
                         ((256, 70), 0)):
@@ -1468,9 +1482,11 @@ def test_framework_chunks(framework, chunk_runs):
     from cuscan.signal import _filters
 
     # From zi, the first map that autodiff or a trace may record computes the matrices of
-    # the state's part: its responses in chunks too, one run for zi and one per section.
+    # the state's part: its responses in chunks too, one run for zi and one per section;
+    # and the second pass of `filtfilt` and of `sosfiltfilt` its steady state's response.
     _filters._state_maps.cache_clear()
-    maps = 1 + len(sos)
+    _filters._steady_response.cache_clear()
+    maps = 1 + len(sos) + 2
     results = run(framework.tensor(x), framework.tensor(zi))
     for result, want in zip(results, expected, strict=True):
         assert framework.is_native(result)

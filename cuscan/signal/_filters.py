@@ -370,7 +370,10 @@ class _OnHost:
     `filtfilt` starts: ``F + r e0^T``, with ``r`` the output that state gives with no input
     for a unit first sample (`_steady_response`). Where ``reverse``, the transposed map:
     ``F^T`` (a time-invariant filter from rest run backward in time), plus ``r``'s product
-    with the signal added to its first sample where ``steady``.
+    with the signal added to its first sample where ``steady``. Where ``flipped`` (with
+    ``steady``), the pass backward in time from the steady state of the signal's last
+    sample, as `filtfilt`'s second pass, without flipping the signal: ``J (F + r e0^T) J =
+    F^T + (J r) e_last^T`` (``J`` reverses time), whose transpose is ``F + e_last (J r)^T``.
 
     Where ``state``, the map of SciPy's zi and the signal together to the output and zf,
     each along the axis: zi's stacked filters one after the other (`_packed`) and then the
@@ -383,6 +386,7 @@ class _OnHost:
     axis: int
     reverse: bool = False
     steady: bool = False
+    flipped: bool = False
     state: bool = False
 
     @property
@@ -405,17 +409,17 @@ class _OnHost:
         signal = np.asarray(x, np.float64)
         if self.state:
             return np.ascontiguousarray(self._with_state(_NUMPY, signal, axis), x.dtype)
-        if not self.reverse:
+        if not (self.reverse or self.flipped):
             return np.ascontiguousarray(
                 self._run(_NUMPY, signal, axis, self._start(_NUMPY, signal, axis))[0],
                 x.dtype)
-        y = self._backward(signal, axis)
-        if self.steady:
-            response = _steady_response(self.design, x.shape[axis])
-            y[_along(y, axis, 0)] += np.tensordot(
-                signal[_along(signal, axis, slice(0, response.size))], response,
-                axes=([axis], [0]))
-        return y.astype(x.dtype, copy=False)
+        if self.reverse != self.flipped:
+            y = self._backward(signal, axis)
+        else:
+            y = np.ascontiguousarray(self._run(_NUMPY, signal, axis)[0])
+            if np.may_share_memory(y, signal):  # (written into below)
+                y = y.copy()
+        return self._steady_part(_NUMPY, y, signal, axis).astype(x.dtype, copy=False)
 
     def recurrences(self, x):
         """The same map of a framework's ``x`` with its stages' recurrences (for programs
@@ -423,14 +427,37 @@ class _OnHost:
         ns, axis = namespace({"x": x}), self.axis % x.ndim
         if self.state:
             return self._with_state(ns, x, axis, chunks=False)
-        if not self.reverse:
+        if not (self.reverse or self.flipped):
             return self._run(ns, x, axis, self._start(ns, x, axis), chunks=False)[0]
-        y = ns.flip(self._run(ns, ns.flip(x, axis), axis, chunks=False)[0], axis)
+        if self.reverse != self.flipped:
+            y = ns.flip(self._run(ns, ns.flip(x, axis), axis, chunks=False)[0], axis)
+        else:
+            y = self._run(ns, x, axis, chunks=False)[0]
+        return self._steady_part(ns, y, x, axis)
+
+    def _steady_part(self, ns, y, x, axis: int):
+        """``y`` plus the steady state's part of the map of ``x``, where ``steady`` and the
+        map is not ``F + r e0^T`` (which starts from that state): ``r``'s product with the
+        first samples added to the first (``e0 r^T``, ``reverse``), ``r`` reversed times the
+        last sample added to the last samples (``(J r) e_last^T``, ``flipped``), or both
+        (``e_last (J r)^T``)."""
         if not self.steady:
             return y
-        response = _steady_response(self.design, x.shape[axis])
-        return ns.add_into(y, _along(y, axis, slice(0, 1)), ns.apply_along(
-            response[None], x[_along(x, axis, slice(0, response.size))], axis))
+        length = x.shape[axis]
+        response = _steady_response(self.design, length)
+        size = response.size
+        if not size:
+            return y
+        if self.flipped:
+            response = response[::-1]
+        end, last = slice(length - size, length), slice(length - 1, length)
+        if not self.reverse:  # flipped
+            at, source, matrix = end, last, response[:, None]
+        else:
+            at, source = (last, end) if self.flipped else (slice(0, 1), slice(0, size))
+            matrix = response[None]
+        return ns.add_into(y, _along(y, axis, at), ns.apply_along(
+            np.ascontiguousarray(matrix), x[_along(x, axis, source)], axis))
 
     @property
     def _coefficients(self) -> list[np.ndarray]:
@@ -1208,18 +1235,19 @@ def _forward_backward(run, steady: np.ndarray, design: tuple[bytes, ...] | None,
     precision and returns ``(y, zf)``; tensors that autodiff or a trace records run the
     filter's ``design`` (None for a complex one) of that ``size`` as `_OnHost` maps from
     the steady state where `_on_host` (each pass is linear in its signal, the state
-    included)."""
+    included), the second backward in time on the signal as it lies (``flipped``)."""
     x = _padded(ns, x, axis, padtype, edge)
     length = x.shape[axis]
     if design is not None and _on_chunks(ns, x, axis, **size) is None \
             and _on_host(ns, x, axis, None, **size):
         f = _OnHost(design, axis - x.ndim, steady=True)
-        y = ns.linear_on_host(ns.flip(ns.linear_on_host(x, f), axis), f)
+        y = ns.linear_on_host(ns.linear_on_host(x, f), dataclasses.replace(f, flipped=True))
     else:
         y, _ = run(x, _steady_start(ns, steady, x, axis))
         y = ns.flip(y, axis)
         y, _ = run(y, _steady_start(ns, steady, y, axis))
-    return ns.flip(y, axis)[_along(y, axis, slice(edge, length - edge))]
+        y = ns.flip(y, axis)
+    return y[_along(y, axis, slice(edge, length - edge))]
 
 
 @public
