@@ -178,6 +178,15 @@ def test_sosfilt_coefficient_dtypes(chunk_runs):
         assert ran == [True]
 
 
+def scipy_filter(design: tuple[bytes, ...], x, axis: int, zi=None):
+    """SciPy's filter of the design `_filters._OnHost` takes (float64 bytes of ``sos``, or
+    of ``b`` and ``a``)."""
+    if len(design) == 1:
+        sos = np.frombuffer(design[0]).reshape(-1, 6).copy()  # SciPy writes into it
+        return ss.sosfilt(sos, x, axis=axis, zi=zi)
+    return ss.lfilter(*(np.frombuffer(c) for c in design), x, axis=axis, zi=zi)
+
+
 def test_linear_maps_on_host(chunk_runs):
     """The linear maps tensors that autodiff records run on the CPU (`_filters._OnHost`):
     a filter from rest or from its first sample's steady state (`filtfilt`'s first pass),
@@ -197,12 +206,6 @@ def test_linear_maps_on_host(chunk_runs):
     designs += [tuple(np.asarray(c, np.float64).tobytes() for c in _filters._normalized(b, a))
                 for b, a in (ss.cheby1(3, 1, 0.3, "highpass"), ss.bessel(6, 0.2),
                              ([0.5, 0.25, 0.0, -0.125], [1.0, -0.5]), (ss.firwin(33, 0.2), [1.0]))]
-
-    def scipy_filter(design, x, axis, zi=None):
-        if len(design) == 1:
-            sos = np.frombuffer(design[0]).reshape(-1, 6).copy()  # SciPy writes into it
-            return ss.sosfilt(sos, x, axis=axis, zi=zi)
-        return ss.lfilter(*(np.frombuffer(c) for c in design), x, axis=axis, zi=zi)
 
     def steady_start(design, x, axis):
         first = np.moveaxis(x, axis, -1)[..., :1]
@@ -285,12 +288,6 @@ def test_linear_maps_with_state(monkeypatch, chunk_runs):
                 for b, a in (ss.cheby1(3, 1, 0.3, "highpass"), ss.bessel(6, 0.2),
                              ([0.5, 0.25, 0.0, -0.125], [2.0, -1.0]), (ss.firwin(9, 0.2), [1.0]),
                              ([1.0], [1.0, -1.0]), ([1.0, 0.5], [1.0, 0.0, 0.81]))]
-
-    def scipy_filter(design, x, axis, zi):
-        if len(design) == 1:
-            sos = np.frombuffer(design[0]).reshape(-1, 6).copy()  # SciPy writes into it
-            return ss.sosfilt(sos, x, axis=axis, zi=zi)
-        return ss.lfilter(*(np.frombuffer(c) for c in design), x, axis=axis, zi=zi)
 
     def packed_scipy(design, p, axis):
         """SciPy's filter of ``p`` = zi's filters, then the signal, along ``axis``."""

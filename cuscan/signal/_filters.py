@@ -402,38 +402,48 @@ class _OnHost:
             return len(coefficients[0]), 2
         return 1, max(c.size for c in coefficients) - 1
 
+    @property
+    def size(self) -> dict:
+        """`_chunks.applies`' size of the filter: its sections, or its order."""
+        count, order = self.stack
+        return {"sections": count} if len(self.design) == 1 else {"order": order}
+
+    def steps(self) -> tuple:
+        """The filter as `_chunks` steps it (cached)."""
+        if len(self.design) == 1:
+            return _section_steps(self.design[0], self.stack[0])
+        return _filter_steps(*self.design)
+
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """The map of ``x``, contiguous and of its dtype (single precision computed in
         double, as everywhere)."""
-        axis = self.axis % x.ndim
-        signal = np.asarray(x, np.float64)
-        if self.state:
-            return np.ascontiguousarray(self._with_state(_NUMPY, signal, axis), x.dtype)
-        if not (self.reverse or self.flipped):
-            return np.ascontiguousarray(
-                self._run(_NUMPY, signal, axis, self._start(_NUMPY, signal, axis))[0],
-                x.dtype)
-        if self.reverse != self.flipped:
-            y = self._backward(signal, axis)
-        else:
-            y = np.ascontiguousarray(self._run(_NUMPY, signal, axis)[0])
-            if np.may_share_memory(y, signal):  # (written into below)
-                y = y.copy()
-        return self._steady_part(_NUMPY, y, signal, axis).astype(x.dtype, copy=False)
+        return np.ascontiguousarray(
+            self._map(_NUMPY, np.asarray(x, np.float64), self.axis % x.ndim), x.dtype)
 
     def recurrences(self, x):
         """The same map of a framework's ``x`` with its stages' recurrences (for programs
         that cannot call back into Python, such as `jax.export`'s)."""
-        ns, axis = namespace({"x": x}), self.axis % x.ndim
+        return self._map(namespace({"x": x}), x, self.axis % x.ndim, chunks=False)
+
+    def _map(self, ns, x, axis: int, chunks: bool = True):
+        """The map, in chunks where they run unless not ``chunks``."""
         if self.state:
-            return self._with_state(ns, x, axis, chunks=False)
+            return self._with_state(ns, x, axis, chunks)
         if not (self.reverse or self.flipped):
-            return self._run(ns, x, axis, self._start(ns, x, axis), chunks=False)[0]
-        if self.reverse != self.flipped:
-            y = ns.flip(self._run(ns, ns.flip(x, axis), axis, chunks=False)[0], axis)
-        else:
-            y = self._run(ns, x, axis, chunks=False)[0]
+            return self._run(ns, x, axis, self._start(ns, x, axis), chunks)[0]
+        y = self._from_rest(ns, x, axis, self.reverse != self.flipped, chunks)
         return self._steady_part(ns, y, x, axis)
+
+    def _from_rest(self, ns, x, axis: int, backward: bool, chunks: bool):
+        """``F x``, or where ``backward`` ``F^T x`` (the filter backward in time), as a new
+        array: in chunks where they run unless not ``chunks`` (backward, reading ``x`` as
+        it lies), else with the recurrences."""
+        if not backward:
+            y = self._run(ns, x, axis, chunks=chunks)[0]
+            return y.copy() if isinstance(y, np.ndarray) and np.may_share_memory(y, x) else y
+        if chunks:
+            return self._backward(x, axis)
+        return ns.flip(self._run(ns, ns.flip(x, axis), axis, chunks=False)[0], axis)
 
     def _steady_part(self, ns, y, x, axis: int):
         """``y`` plus the steady state's part of the map of ``x``, where ``steady`` and the
@@ -479,15 +489,8 @@ class _OnHost:
     def _backward(self, signal: np.ndarray, axis: int) -> np.ndarray:
         """The filter run backward in time over ``signal``, as a new array: in chunks
         where they run (`_chunks.cascade`, which reads it backward), else flipped."""
-        coefficients = self._coefficients
-        if len(coefficients) == 1:
-            count = len(coefficients[0])
-            steps, size = _section_steps(self.design[0], count), {"sections": count}
-        else:
-            steps, size = _filter_steps(*self.design), {
-                "order": max(c.size for c in coefficients) - 1}
-        done = _chunks.applies(signal, axis, **size) and _chunks.cascade(
-            steps, signal, axis, None, reverse=True)
+        done = _chunks.applies(signal, axis, **self.size) and _chunks.cascade(
+            self.steps(), signal, axis, None, reverse=True)
         if done:
             return done[0]
         return np.array(np.flip(self._run(_NUMPY, np.flip(signal, axis), axis)[0], axis))
@@ -514,10 +517,7 @@ class _OnHost:
             return ns.concat([y, _packed(ns, zf, axis)], axis)
         gy, gzf = x[_along(x, axis, slice(0, length))], x[_along(x, axis, slice(length, None))]
         maps = _state_maps(self.design, length)
-        if chunks:
-            gx = self._backward(gy, axis)
-        else:
-            gx = ns.flip(self._run(ns, ns.flip(gy, axis), axis, chunks=False)[0], axis)
+        gx = self._from_rest(ns, gy, axis, True, chunks)
         ends = len(maps.ends)
         if ends:
             gx = ns.add_into(gx, _along(gx, axis, slice(length - ends, None)),
@@ -663,14 +663,15 @@ def _decaying(f: _OnHost, zi: np.ndarray, length: int, signal: np.ndarray | None
 _NUMPY = _Arrays(np)
 
 
-def _in_chunks(ns, steps, x, axis: int, zi, design: tuple[bytes, ...], **size) \
-        -> tuple | None:
-    """The filters ``steps()`` (`_chunks.Section`s, built only where they run) over
-    ``x`` in chunks as matrix products, from ``zi`` stacked by filter or rest: ``(y, zf)``
-    as ``ns`` arrays (zf stacked too; None without zi), or None where the chunks do not
-    run (`_on_chunks`, or `_chunks.cascade` declining). Tensors a trace or autodiff may
-    record run the filter's ``design`` (`_OnHost`) as a linear map where `_on_host` (with
-    zi and x packed into one signal, where `_state_maps` has its matrices)."""
+def _in_chunks(ns, x, axis: int, zi, design: tuple[bytes, ...]) -> tuple | None:
+    """The filter `_OnHost` takes as ``design`` over ``x`` in chunks as matrix products,
+    from ``zi`` stacked by filter or rest: ``(y, zf)`` as ``ns`` arrays (zf stacked too;
+    None without zi), or None where the chunks do not run (`_on_chunks`, or
+    `_chunks.cascade` declining). Tensors a trace or autodiff may record run it as a
+    linear map (`_OnHost`) where `_on_host` (with zi and x packed into one signal, where
+    `_state_maps` has its matrices)."""
+    f = _OnHost(design, axis - x.ndim)
+    size = f.size
     views = _on_chunks(ns, x, axis, zi, **size)
     if views is None:
         length = x.shape[axis]
@@ -678,12 +679,12 @@ def _in_chunks(ns, steps, x, axis: int, zi, design: tuple[bytes, ...], **size) \
                 or (zi is not None and _state_maps(design, length) is None):
             return None
         if zi is None:
-            return ns.linear_on_host(x, _OnHost(design, axis - x.ndim)), None
+            return ns.linear_on_host(x, f), None
         packed = ns.concat([_packed(ns, ns.cast(zi, _dtypes(ns, x)[0]), axis), x], axis)
-        y, zf = ns.split(ns.linear_on_host(packed, _OnHost(design, axis - x.ndim, state=True)),
+        y, zf = ns.split(ns.linear_on_host(packed, dataclasses.replace(f, state=True)),
                          length, axis)
         return y, _unpacked(ns, zf, axis, zi.shape[0])
-    done = _chunks.cascade(steps(), views[0], axis,
+    done = _chunks.cascade(f.steps(), views[0], axis,
                            None if zi is None else np.asarray(views[1], np.float64))
     if done is None:
         return None
@@ -704,9 +705,7 @@ def _chunked(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
     chunks as matrix products (`_in_chunks`)."""
     design = _design(b, a)
     if design is not None:
-        done = _in_chunks(ns, lambda: _filter_steps(*design), x, axis,
-                          None if zi is None else ns.expand_dims(zi, 0), design,
-                          order=max(a.size, b.size) - 1)
+        done = _in_chunks(ns, x, axis, None if zi is None else ns.expand_dims(zi, 0), design)
         if done is not None:
             y, zf = done
             return y, None if zf is None else zf[0]
@@ -1007,9 +1006,7 @@ def _cascade(sos: np.ndarray, ns, x, axis: int, zi, chunks: bool = True):
     """The sections one after the other, in ``x``'s (double) precision (in chunks where
     they run, unless not ``chunks``); returns y and the stacked zf (None without zi)."""
     design = sos.tobytes()
-    done = None if not chunks else _in_chunks(
-        ns, lambda: _section_steps(design, sos.shape[0]), x, axis, zi, (design,),
-        sections=sos.shape[0])
+    done = _in_chunks(ns, x, axis, zi, (design,)) if chunks else None
     if done is not None:
         return done
     y, finals = x, []
