@@ -155,8 +155,7 @@ def test_sosfilt_chunks(chunk_runs):
             zi = rng.standard_normal((4, 2))
             sos = ss.butter(8, 0.1, output="sos")
             ran.clear()
-            with np.errstate(invalid="ignore"):  # inf - inf, in the recurrences as in NumPy
-                result, _ = signal.sosfilt(sos, y, zi=zi)
+            result, _ = signal.sosfilt(sos, y, zi=zi)  # no warnings (inf - inf), as SciPy
             expected, _ = ss.sosfilt(sos, y, zi=zi)
             assert ran == [False]
             np.testing.assert_array_equal(np.isfinite(result), np.isfinite(expected))
@@ -272,8 +271,9 @@ def test_linear_maps_with_state(monkeypatch, chunk_runs):
     matrices of responses (`_filters._state_maps`) cut where the state underflows. Against
     the dense matrix of SciPy's filter from its unit inputs, for every design and band and
     filters in (b, a) form (FIR, marginally stable), computed a few blocks at a time; by
-    the dot-product test on any axis and layout; and a response that outlasts the matrices'
-    budget leaves the filter to its recurrences, with the same values and gradients."""
+    the dot-product test on any axis and layout; a sample that is not finite and a response
+    that outlasts the matrices' budget leave the filter to its recurrences, with the same
+    values (and gradients)."""
     torch = pytest.importorskip("torch")
     from cuscan.signal import _filters
 
@@ -324,6 +324,20 @@ def test_linear_maps_with_state(monkeypatch, chunk_runs):
             assert relative_error(forward, packed_scipy(design, p, axis)) <= 1e-12
             assert abs(np.sum(forward * q) - np.sum(p * f.adjoint(q))) <= 1e-12 * np.sqrt(
                 np.sum(forward ** 2) * np.sum(q ** 2)), (shape, axis)
+    # A sample that is not finite: the chunks decline, and the recurrences fill the same
+    # output as on a framework's tensor.
+    for design in designs[2], designs[-6]:
+        f = _filters._OnHost(design, -1, state=True)
+        p = rng.standard_normal((2, 1000 + f.stack[0] * f.stack[1]))
+        p[1, 600] = np.inf
+        for g in f, f.adjoint:
+            ran.clear()
+            got = g(p)
+            assert False in ran
+            np.testing.assert_allclose(got, g.recurrences(torch.from_numpy(p)).numpy(),
+                                       rtol=1e-12, atol=0, equal_nan=True)
+            assert np.isfinite(got[0]).all()
+            assert not np.isfinite(got[1]).all()
     # A response longer than the budget: the recurrences, as before.
     monkeypatch.setattr(_filters, "_STATE_ELEMENTS", 500)
     _filters._state_maps.cache_clear()
@@ -408,8 +422,7 @@ def test_lfilter_chunks(chunk_runs):
             zi = rng.standard_normal(6)
             b, a = ss.butter(6, 0.1)
             ran.clear()
-            with np.errstate(invalid="ignore"):
-                result, _ = signal.lfilter(b, a, y, zi=zi)
+            result, _ = signal.lfilter(b, a, y, zi=zi)
             expected, _ = ss.lfilter(b, a, y, zi=zi)
             assert ran == [False]
             np.testing.assert_array_equal(np.isfinite(result), np.isfinite(expected))

@@ -302,11 +302,14 @@ def _powers(decay, count: int) -> np.ndarray:
     return _toeplitz(decay ** np.arange(count))
 
 
-def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False):
+def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False,
+            out: np.ndarray | None = None):
     """The ``sections`` (`Section`) over ``x`` (see `applies`) along ``axis``, from SciPy's
     ``zi`` or rest; returns ``(y, zf)`` (zf None without zi), or None where a sample or
     a state is not finite: the sections' recurrences then carry infinities and NaN
     forward as SciPy does, where the products would spread them over their chunk.
+    ``y`` is ``out`` where given (float64, ``x``'s shape, written in place where its
+    samples follow one another in time, else in tiles at the end), else a new array.
 
     Where ``reverse``, the cascade runs from rest (no ``zi``) backward in time, as on the
     flipped signal with the output flipped back, without those copies: the chunks are
@@ -331,6 +334,7 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
         if not np.isfinite(zi).all():
             return None
     m = _matrices(sections, size)
+    target = None if out is None else _rows(_moved(out, axis, -1), rows, length)
     # Chunks of `size` samples, and a shorter one.
     chunks, rest = divmod(length, size)
     stop = chunks * size
@@ -357,7 +361,7 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     _solve(ends, m.stages)
     if not np.isfinite(ends).all():
         return None
-    y = np.empty((rows, length))
+    y = np.empty((rows, length)) if target is None else target
     state = ends[:, :, -1]
     if reverse:
         _output(y[:, cut].reshape(rows, chunks, size), body, m.toeplitz.T,
@@ -368,9 +372,18 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
         if zi is not None:
             y[:, :spans * size] += (injected @ m.injected).reshape(rows, spans * size)
         y[:, stop:] = tail @ m.toeplitz[:rest, :rest] + state @ m.free[:, :rest]
-    y = _moved(y.reshape(*batch, length), -1, axis)
-    if apart and not y.flags.c_contiguous:  # back in row-major order
-        y = _numpy_backend._copy(np.empty(y.shape), y)
+    if target is not None:
+        y = out
+    else:
+        y = _moved(y.reshape(*batch, length), -1, axis)
+        if out is not None:
+            if y.ndim > 1:
+                _numpy_backend._copy(out, y)
+            else:
+                out[...] = y
+            y = out
+        elif apart and not y.flags.c_contiguous:  # back in row-major order
+            y = _numpy_backend._copy(np.empty(y.shape), y)
     if zi is None:
         return y, None
     if rest:
@@ -378,6 +391,22 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     zf = np.stack([state[:, s.offset:s.offset + s.width] @ final
                    for s, final in zip(sections, m.final, strict=True)])
     return y, _moved(zf.reshape(count, *batch, order), -1, 1 + axis)
+
+
+def _rows(v: np.ndarray, rows: int, length: int) -> np.ndarray | None:
+    """``v`` (..., length) as a (rows, length) view whose samples follow one another, or
+    None where it cannot be one."""
+    if length > 1 and v.strides[-1] != v.itemsize:
+        return None
+    row, step = None, None  # a row's stride; the stride the next axis out must have
+    for n, stride in zip(v.shape[-2::-1], v.strides[-2::-1], strict=True):
+        if n == 1:
+            continue
+        if step is not None and stride != step:
+            return None
+        row = stride if row is None else row
+        step = stride * n
+    return np.lib.stride_tricks.as_strided(v, (rows, length), (row or 0, v.itemsize))
 
 
 def _moved(v: np.ndarray, source: int, destination: int) -> np.ndarray:

@@ -16,6 +16,7 @@ import numpy as np
 from cuscan import _backend
 from cuscan._api import check_given, linear_recurrence, public, time_axis
 from cuscan._dtypes import unsupported
+from cuscan._numpy_backend import _quiet
 from cuscan.signal import _chunks
 from cuscan.signal._arrays import _Arrays, namespace
 
@@ -24,20 +25,24 @@ ArrayLike = Any
 
 def _front_door(function):
     """``function``, run as Python even when ``torch.compile`` meets it, and with a clear
-    error where a symbolic length (JAX's shape polymorphism) is too vague for it.
+    error where a symbolic length (JAX's shape polymorphism) is too vague for it. No
+    floating-point warnings: infinities and NaN in a signal are data, carried as SciPy
+    carries them, whatever the chunks' products meet on the way (`_numpy_backend._quiet`).
 
     The filters design on the host with NumPy (roots refined in exact
     arithmetic, pseudo-inverses, caches) what torch.compile cannot trace: it
     breaks the graph around the call, which runs as written, its recurrences
     as cuscan's operators. No graph is broken outside torch.compile.
     """
+    quiet = _quiet(function)
+
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
         torch = sys.modules.get("torch")
         if torch is not None and torch.compiler.is_compiling():
-            return torch.compiler.disable(function)(*args, **kwargs)
+            return torch.compiler.disable(quiet)(*args, **kwargs)
         try:
-            return function(*args, **kwargs)
+            return quiet(*args, **kwargs)
         except Exception as error:
             if "jax" not in sys.modules:
                 raise
@@ -414,9 +419,10 @@ class _OnHost:
             return _section_steps(self.design[0], self.stack[0])
         return _filter_steps(*self.design)
 
+    @_quiet
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """The map of ``x``, contiguous and of its dtype (single precision computed in
-        double, as everywhere)."""
+        double, as everywhere), without floating-point warnings (`_front_door`)."""
         return np.ascontiguousarray(
             self._map(_NUMPY, np.asarray(x, np.float64), self.axis % x.ndim), x.dtype)
 
@@ -442,7 +448,7 @@ class _OnHost:
             y = self._run(ns, x, axis, chunks=chunks)[0]
             return y.copy() if isinstance(y, np.ndarray) and np.may_share_memory(y, x) else y
         if chunks:
-            return self._backward(x, axis)
+            return self._on_numpy(x, axis, backward=True)[0]
         return ns.flip(self._run(ns, ns.flip(x, axis), axis, chunks=False)[0], axis)
 
     def _steady_part(self, ns, y, x, axis: int):
@@ -486,14 +492,26 @@ class _OnHost:
             else lfilter_zi(*coefficients)[None]
         return _steady_start(ns, steady, x, axis)
 
-    def _backward(self, signal: np.ndarray, axis: int) -> np.ndarray:
-        """The filter run backward in time over ``signal``, as a new array: in chunks
-        where they run (`_chunks.cascade`, which reads it backward), else flipped."""
+    def _on_numpy(self, signal: np.ndarray, axis: int, zi=None, backward: bool = False,
+                  out: np.ndarray | None = None) -> tuple:
+        """The filter over ``signal`` from ``zi`` (stacked by filter) or rest, or where
+        ``backward`` run backward in time from rest: ``(y, zf)`` (zf stacked; None without
+        zi), y in ``out`` (float64, ``signal``'s shape) or a new array. In chunks where
+        they run (`_chunks.cascade`, which reads the signal backward where ``backward``),
+        else with the recurrences (on the flipped signal where ``backward``)."""
         done = _chunks.applies(signal, axis, **self.size) and _chunks.cascade(
-            self.steps(), signal, axis, None, reverse=True)
+            self.steps(), signal, axis, zi, reverse=backward, out=out)
         if done:
-            return done[0]
-        return np.array(np.flip(self._run(_NUMPY, np.flip(signal, axis), axis)[0], axis))
+            return done
+        if backward:
+            y, zf = np.flip(self._run(_NUMPY, np.flip(signal, axis), axis, chunks=False)[0],
+                            axis), None
+        else:
+            y, zf = self._run(_NUMPY, signal, axis, zi, chunks=False)
+        if out is None:
+            return np.array(y), zf
+        out[...] = y
+        return out, zf
 
     def _run(self, ns, x, axis: int, zi=None, chunks: bool = True):
         """The filter over ``x`` from ``zi`` (stacked by filter) or rest, in chunks where
@@ -507,26 +525,42 @@ class _OnHost:
         return y, None if zf is None else ns.expand_dims(zf, 0)
 
     def _with_state(self, ns, x, axis: int, chunks: bool = True):
-        """The map where ``state``, on NumPy arrays in chunks (where they run) or on a
-        framework's with the recurrences."""
+        """The map where ``state``: on NumPy arrays in chunks (where they run), its two
+        parts written into one new array; on a framework's with the recurrences, its
+        parts concatenated."""
         count, order = self.stack
         size, length = count * order, x.shape[axis] - count * order
+        cut = length if self.reverse else size  # the input's parts, and the output's
+        head, tail = x[_along(x, axis, slice(0, cut))], x[_along(x, axis, slice(cut, None))]
+        out = np.empty(x.shape) if chunks else None
+        into = (None, None) if out is None else (
+            out[_along(out, axis, slice(0, size + length - cut))],
+            out[_along(out, axis, slice(size + length - cut, None))])
         if not self.reverse:
-            zi = _unpacked(ns, x[_along(x, axis, slice(0, size))], axis, count)
-            y, zf = self._run(ns, x[_along(x, axis, slice(size, None))], axis, zi, chunks)
-            return ns.concat([y, _packed(ns, zf, axis)], axis)
-        gy, gzf = x[_along(x, axis, slice(0, length))], x[_along(x, axis, slice(length, None))]
-        maps = _state_maps(self.design, length)
-        gx = self._from_rest(ns, gy, axis, True, chunks)
-        ends = len(maps.ends)
-        if ends:
-            gx = ns.add_into(gx, _along(gx, axis, slice(length - ends, None)),
-                             ns.apply_along(maps.ends, gzf, axis))
-        gzi = ns.apply_along(maps.last, gzf, axis)
-        if maps.free.shape[1]:
-            gzi = gzi + ns.apply_along(
-                maps.free, gy[_along(gy, axis, slice(0, maps.free.shape[1]))], axis)
-        return ns.concat([gzi, gx], axis)
+            zi = _unpacked(ns, head, axis, count)
+            y, zf = self._run(ns, tail, axis, zi, chunks=False) if out is None \
+                else self._on_numpy(tail, axis, zi, out=into[0])
+            parts = y, _packed(ns, zf, axis)
+        else:
+            gy, gzf = head, tail
+            maps = _state_maps(self.design, length)
+            gx = self._from_rest(ns, gy, axis, True, chunks=False) if out is None \
+                else self._on_numpy(gy, axis, backward=True, out=into[1])[0]
+            ends = len(maps.ends)
+            if ends:
+                gx = ns.add_into(gx, _along(gx, axis, slice(length - ends, None)),
+                                 ns.apply_along(maps.ends, gzf, axis))
+            gzi = ns.apply_along(maps.last, gzf, axis)
+            if maps.free.shape[1]:
+                gzi = gzi + ns.apply_along(
+                    maps.free, gy[_along(gy, axis, slice(0, maps.free.shape[1]))], axis)
+            parts = gzi, gx
+        if out is None:
+            return ns.concat(list(parts), axis)
+        for part, place in zip(parts, into, strict=True):
+            if part is not place:
+                place[...] = part
+        return out
 
 
 def _packed(ns, zi, axis: int):
