@@ -64,3 +64,68 @@ def direct_form_extended(b, a, x) -> np.ndarray:
         state[:-1] = (np.multiply.outer(b[1:], x[..., t]) + state[1:]
                       - np.multiply.outer(a[1:], y[..., t]))
     return y.astype(np.float64)
+
+
+def gustafsson_exact(b, a, x, digits: int = 40) -> np.ndarray:
+    """``scipy.signal.filtfilt(b, a, x, method="gust")`` for a 1-D ``x``, the states fitted to
+    the whole signal, computed exactly enough (``digits`` decimal digits, with mpmath) that
+    its rounding to double is the result the coefficients and ``x`` define: the fit's
+    least-squares problem can be too ill-conditioned for extended precision on short
+    signals. Slow: for a few hundred samples."""
+    import mpmath
+
+    context = mpmath.mp.clone()
+    context.dps = digits
+    complex_ = np.iscomplexobj(b) or np.iscomplexobj(a) or np.iscomplexobj(x)
+    number = context.mpc if complex_ else context.mpf
+
+    def exact(values):
+        return [number(complex(v) if complex_ else float(v)) for v in np.ravel(values)]
+
+    b, a, x = exact(b), exact(a), exact(x)
+    order, n = max(len(a), len(b)) - 1, len(x)
+    if order == 0:
+        return np.array([complex(v) if complex_ else float(v)
+                         for v in (u * (b[0] / a[0]) ** 2 for u in x)])
+    b = [v / a[0] for v in b] + [number(0)] * (order + 1 - len(b))
+    a = [v / a[0] for v in a] + [number(0)] * (order + 1 - len(a))
+
+    def filtered(values, state=None):
+        """The transposed direct form II from ``state``, as `scipy.signal.lfilter`."""
+        state = list(state) if state is not None else [number(0)] * order
+        out = []
+        for value in values:
+            y = b[0] * value + state[0]
+            state = [b[k + 1] * value + (state[k + 1] if k + 1 < order else 0) - a[k + 1] * y
+                     for k in range(order)]
+            out.append(y)
+        return out
+
+    states = [filtered([number(0)] * n, [number(int(j == k)) for j in range(order)])
+              for k in range(order)]  # each unit state's output, a column
+    again = [filtered(column[::-1]) for column in states]
+    # forward-backward adds [R S, R O] s to its zero-state output, backward-forward [O, S] s
+    effect = context.matrix(n, 2 * order)
+    fit = context.matrix(n, 2 * order)
+    for i in range(n):
+        for k in range(order):
+            effect[i, k], effect[i, order + k] = again[k][n - 1 - i], states[k][n - 1 - i]
+            fit[i, k] = effect[i, k] - states[k][i]
+            fit[i, order + k] = effect[i, order + k] - again[k][i]
+    fb = filtered(filtered(x)[::-1])[::-1]
+    bf = filtered(filtered(x[::-1])[::-1])
+    # the least-squares states of least norm, as SciPy's lstsq: through the eigenvalues of
+    # the normal matrix, those at the precision's rounding taken as zero (a state that
+    # reaches no sample, or more states than samples)
+    gram = fit.H * fit
+    values, vectors = context.eighe(gram)
+    largest = max(abs(v) for v in values)
+    inverse = context.matrix(2 * order, 2 * order)
+    for k, value in enumerate(values):
+        if abs(value) > largest * context.mpf(10) ** (8 - digits):
+            column = vectors[:, k]
+            inverse += column * column.H / value
+    s = inverse * (fit.H * context.matrix([p - q for p, q in zip(bf, fb, strict=True)]))
+    y = effect * s
+    return np.array([complex(fb[i] + y[i]) if complex_ else float(fb[i] + y[i])
+                     for i in range(n)])
