@@ -10,7 +10,10 @@ and 128 on the larger shapes; prints chunks / without and each time beside
 `scipy.signal.sosfilt`'s; and (T, C) signals along axis 0, whose steps the cascade
 copies to adjacent samples and back (a single section over more than
 `_MAX_APART_WIDTH` channels runs without: its time-major recurrences are faster);
-writes results/sosfilt_chunks.json.
+and for such signals of more than twice `_SEGMENT_ELEMENTS` samples, `sosfilt` and
+`sosfiltfilt` a segment of time at a time against the whole signal copied at once:
+time, and the most memory a call holds beyond its input (tracemalloc, which NumPy
+reports to), beside SciPy's. Writes results/sosfilt_chunks.json.
 
     python -m benchmarks.sosfilt_chunks
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import math
+import tracemalloc
 
 import numpy as np
 import scipy.signal
@@ -33,6 +37,53 @@ ORDERS = (2, 8, 16)
 LENGTHS = (32, 64, 128)
 APART = [(156_250, 64), (10**6, 4), (10**6, 2), (100_000, 3), (4096, 16), (2048, 512),
          (512, 2048)]
+SEGMENTED = [(10**6, 64), (10**6, 16), (200_000, 8, 8), (10**7, 2)]
+
+
+def _peak(function) -> int:
+    """The most bytes ``function()`` holds at once beyond what it returns and what was
+    held before."""
+    tracemalloc.start()
+    try:
+        function()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def segments(rng) -> list:
+    """(T, C) signals along axis 0 in segments of time, and copied whole."""
+    rows = []
+    sos = scipy.signal.butter(8, 0.05, output="sos")
+    settings = {"segments": _chunks._SEGMENT_ELEMENTS, "whole": math.inf}
+    print("\n(T, C) along axis 0, order 8: segments / whole, segments / scipy; "
+          "memory beyond the input (MiB): segments, whole, scipy")
+    for shape in SEGMENTED:
+        x = rng.standard_normal(shape)
+        for name, ours, theirs in (("sosfilt", signal.sosfilt, scipy.signal.sosfilt),
+                                   ("sosfiltfilt", signal.sosfiltfilt,
+                                    scipy.signal.sosfiltfilt)):
+            function = functools.partial(ours, sos, x, axis=0)
+            best = alternated(function, _chunks, "_SEGMENT_ELEMENTS", settings, 3)
+            reference = functools.partial(theirs, sos, x, axis=0)
+            memory = {}
+            for label, value in settings.items():
+                saved, _chunks._SEGMENT_ELEMENTS = _chunks._SEGMENT_ELEMENTS, value
+                try:
+                    memory[label] = _peak(function)
+                finally:
+                    _chunks._SEGMENT_ELEMENTS = saved
+            row = {"shape": list(shape), "filter": name, "segments_s": best["segments"],
+                   "whole_s": best["whole"], "scipy_s": best_time(reference, 3),
+                   "segments_bytes": memory["segments"], "whole_bytes": memory["whole"],
+                   "scipy_bytes": _peak(reference), "input_bytes": x.nbytes}
+            rows.append(row)
+            print(f"{'x'.join(map(str, shape)):>14} {name:>11} "
+                  f"{row['segments_s'] / row['whole_s']:6.2f} "
+                  f"{row['segments_s'] / row['scipy_s']:6.2f}   "
+                  + " ".join(f"{row[k] / 2**20:7.0f}" for k in
+                             ("segments_bytes", "whole_bytes", "scipy_bytes")), flush=True)
+    return rows
 
 
 def _always(x, axis: int, sections: int) -> bool:
@@ -103,12 +154,15 @@ def main() -> None:
             print(f"{'x'.join(map(str, shape)):>12} {order:>5} "
                   f"{best['chunks'] / best['without']:>15.2f} {best['chunks'] / theirs:>13.2f}",
                   flush=True)
+    segmented = segments(rng)
     path = write("sosfilt_chunks", {"environment": environment(), "chunk": _chunks._CHUNK,
                                     "short_chunk": _chunks._SHORT_CHUNK,
                                     "min_length": _chunks._MIN_LENGTH,
                                     "max_apart_width": _chunks._MAX_APART_WIDTH,
                                     "rows": rows, "chunk_lengths": by_length,
-                                    "apart": apart})
+                                    "apart": apart,
+                                    "segment_elements": _chunks._SEGMENT_ELEMENTS,
+                                    "segments": segmented})
     print(f"wrote {path}")
 
 

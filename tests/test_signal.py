@@ -162,6 +162,61 @@ def test_sosfilt_chunks(chunk_runs):
             np.testing.assert_allclose(result[:at], expected[:at], rtol=1e-10)
 
 
+def test_chunks_in_segments(monkeypatch, chunk_runs):
+    """Signals whose steps lie apart ((T, C) along axis 0, reversed views) are filtered a
+    segment of time at a time, each from the state the last one left (backward in time
+    for the second pass of the zero-phase filters), with the results of the whole: from
+    rest and from zi (zf), lengths the segments do not divide; a non-finite sample in a
+    later segment sends the whole signal to the recurrences."""
+    from cuscan.signal import _chunks
+
+    monkeypatch.setattr(_chunks, "_SEGMENT_ELEMENTS", 600)
+    monkeypatch.setattr(_chunks, "_MIN_SEGMENT", 128)
+    ran = chunk_runs
+    rng = np.random.default_rng(28)
+    sos, (b, a) = ss.ellip(6, 1, 50, 0.1, output="sos"), ss.cheby1(3, 1, 0.2)
+    for shape, axis in (((1000, 3), 0), ((2, 1500, 2), 1), ((701, 2, 2), 0)):
+        for flip in (False, True):
+            x = rng.standard_normal(shape)
+            x = np.flip(x, 1 - axis if flip and axis == 0 else axis) if flip else x
+            zi = rng.standard_normal((sos.shape[0], *x.shape[:axis], 2, *x.shape[axis + 1:]))
+            zi_ba = rng.standard_normal((*x.shape[:axis], 3, *x.shape[axis + 1:]))
+            for result, expected in (
+                    (signal.sosfilt(sos, x, axis=axis), ss.sosfilt(sos, x, axis=axis)),
+                    (signal.sosfilt(sos, x, axis=axis, zi=zi),
+                     ss.sosfilt(sos, x, axis=axis, zi=zi)),
+                    (signal.lfilter(b, a, x, axis=axis), ss.lfilter(b, a, x, axis=axis)),
+                    (signal.lfilter(b, a, x, axis=axis, zi=zi_ba),
+                     ss.lfilter(b, a, x, axis=axis, zi=zi_ba)),
+                    (signal.sosfiltfilt(sos, x, axis=axis), ss.sosfiltfilt(sos, x, axis=axis)),
+                    (signal.filtfilt(b, a, x, axis=axis), ss.filtfilt(b, a, x, axis=axis))):
+                for part, want in zip(*(v if isinstance(v, tuple) else (v,)
+                                        for v in (result, expected)), strict=True):
+                    assert part.shape == want.shape
+                    assert relative_error(part, want) <= 1e-12, (shape, axis, flip)
+            assert all(ran), (shape, ran)
+            assert len(ran) > 12, (shape, ran)  # each call in segments
+            ran.clear()
+    from cuscan.signal import _filters
+
+    for shape, axis in (((1000, 3), 0), ((2, 1500, 2), 1)):  # backward in time: transposes
+        w = rng.standard_normal(shape)
+        for design in ((sos.tobytes(),), tuple(np.asarray(c, np.float64).tobytes()
+                                               for c in _filters._normalized(b, a))):
+            result = _filters._OnHost(design, axis).adjoint(w)
+            want = np.flip(scipy_filter(design, np.flip(w, axis), axis), axis)
+            assert relative_error(result, want) <= 1e-12, (shape, axis)
+            assert all(ran), (shape, ran)
+            assert len(ran) > 4, (shape, ran)
+            ran.clear()
+    x = rng.standard_normal((1000, 3))
+    x[800, 1] = np.nan
+    result, expected = signal.sosfilt(sos, x, axis=0), ss.sosfilt(sos, x, axis=0)
+    assert ran[-1] is False  # the whole call declined, after its first segments ran
+    np.testing.assert_array_equal(np.isfinite(result), np.isfinite(expected))
+    np.testing.assert_allclose(result[:800], expected[:800], rtol=1e-10, atol=1e-12)
+
+
 def test_sosfilt_coefficient_dtypes(chunk_runs):
     """``sos`` given as float32, integers or a list runs the same cascade in chunks as
     float64 (its cached forms are keyed by the float64 bytes); a negative integer once read

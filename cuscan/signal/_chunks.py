@@ -32,6 +32,7 @@ outputs that state gives with no input).
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 
 import numpy as np
@@ -56,6 +57,12 @@ _MIN_LENGTH = 128
 # apart (such as (T, C) along axis 0) runs faster as its own recurrences over
 # time-major steps than copied (benchmarks/sosfilt_chunks.py).
 _MAX_APART_WIDTH = 64
+# A signal whose steps lie apart, of more than twice _SEGMENT_ELEMENTS samples, is
+# copied to adjacent samples, filtered and copied back a segment of time of about
+# _SEGMENT_ELEMENTS samples (all channels) at a time, each from the state the last one
+# left: the copies take a segment's memory rather than twice the signal's.
+_SEGMENT_ELEMENTS = 1 << 21
+_MIN_SEGMENT = 4096  # samples of each channel
 # The output is formed about _BLOCK_ELEMENTS samples at a time, so that the part the
 # chunks' starting states add to each block is added in cache.
 _BLOCK_ELEMENTS = 16384
@@ -303,11 +310,12 @@ def _powers(decay, count: int) -> np.ndarray:
 
 
 def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False,
-            out: np.ndarray | None = None):
+            out: np.ndarray | None = None, keep_state: bool = False):
     """The ``sections`` (`Section`) over ``x`` (see `applies`) along ``axis``, from SciPy's
-    ``zi`` or rest; returns ``(y, zf)`` (zf None without zi), or None where a sample or
-    a state is not finite: the sections' recurrences then carry infinities and NaN
-    forward as SciPy does, where the products would spread them over their chunk.
+    ``zi`` or rest; returns ``(y, zf)`` (zf None without zi unless ``keep_state``), or
+    None where a sample or a state is not finite: the sections' recurrences then carry
+    infinities and NaN forward as SciPy does, where the products would spread them over
+    their chunk.
     ``y`` is ``out`` where given (float64, ``x``'s shape, written in place where its
     samples follow one another in time, else in tiles at the end), else a new array.
 
@@ -323,6 +331,8 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
         size = min(size, _PAIR_CHUNK)
     signal = _moved(x, axis, -1)
     apart = signal.strides[-1] != signal.itemsize
+    if apart and signal.ndim > 1 and _segments(signal.shape, size):
+        return _in_segments(sections, x, axis, zi, reverse, out, keep_state, size)
     if apart:  # steps apart, or reversed (filtfilt's second pass): copied in tiles
         signal = _numpy_backend._copy(np.empty(signal.shape), signal) if signal.ndim > 1 \
             else np.ascontiguousarray(signal)
@@ -384,13 +394,56 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
             y = out
         elif apart and not y.flags.c_contiguous:  # back in row-major order
             y = _numpy_backend._copy(np.empty(y.shape), y)
-    if zi is None:
+    if zi is None and not keep_state:
         return y, None
     if rest:
         state = state @ m.moved[rest - 1] + tail @ _ends(m.after, rest)
     zf = np.stack([state[:, s.offset:s.offset + s.width] @ final
                    for s, final in zip(sections, m.final, strict=True)])
-    return y, _moved(zf.reshape(count, *batch, order), -1, 1 + axis)
+    return y, _moved(zf.reshape(count, *batch, zf.shape[-1]), -1, 1 + axis)
+
+
+def _segments(shape: tuple, size: int) -> list[int]:
+    """Where a signal of ``shape`` (time last) is cut into segments of time (`cascade`
+    in chunks of ``size``): the segments' starts after the first, none where it is one."""
+    rows, length = math.prod(shape[:-1]), shape[-1]
+    segment = max(_MIN_SEGMENT, _SEGMENT_ELEMENTS // max(rows, 1)) // size * size
+    if length * rows <= 2 * _SEGMENT_ELEMENTS or length < 2 * segment:
+        return []
+    starts = list(range(segment, length, segment))
+    if length - starts[-1] < segment // 2:  # no short last segment: a longer one
+        starts.pop()
+    return starts
+
+
+def _in_segments(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
+                 out: np.ndarray | None, keep_state: bool, size: int):
+    """`cascade` over ``x``, whose steps lie apart, a segment of time at a time
+    (`_segments`), each copied to adjacent samples (flipped where ``reverse``) and
+    filtered from the state the one before left; the output in ``out`` or a new array in
+    ``x``'s row-major order, as `cascade` returns it."""
+    signal = _moved(x, axis, -1)
+    last, length = signal.ndim - 1, signal.shape[-1]
+    bounds = [0, *_segments(signal.shape, size), length]
+    y = np.empty(x.shape) if out is None else out
+    ys = _moved(y, axis, -1)
+    state = None if zi is None else _moved(zi, 1 + axis, -1)
+    pieces = list(itertools.pairwise(bounds))
+    buffers = np.empty((2, *signal.shape[:-1], max(b - a for a, b in pieces)))
+    for start, stop in reversed(pieces) if reverse else pieces:
+        piece, into = signal[..., start:stop], ys[..., start:stop]
+        if reverse:
+            piece, into = np.flip(piece, -1), np.flip(into, -1)
+        copy, result = buffers[..., :stop - start]
+        done = cascade(sections, _numpy_backend._copy(copy, piece), last, state, out=result,
+                       keep_state=True)
+        if not done:
+            return None
+        _numpy_backend._copy(into, result)
+        state = done[1]
+    if zi is None and not keep_state:
+        return y, None
+    return y, _moved(state, -1, 1 + axis)
 
 
 def _rows(v: np.ndarray, rows: int, length: int) -> np.ndarray | None:
