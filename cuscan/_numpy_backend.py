@@ -6,6 +6,7 @@ validation, broadcasting and dtype promotion happened in the front door.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -52,6 +53,12 @@ _MIN_SCATTERED_LENGTH = 256
 _MAX_SCATTERED_WIDTH = 512
 _ALIASING_STRIDE = 1024
 _MAX_COPY_BYTES = 2**29
+# Where an operand or the result would be copied (time-major, or to the accumulator's
+# dtype) and the copy would exceed twice _SEGMENT_BYTES, the scan runs over segments of
+# time of about _SEGMENT_BYTES per array (at least _MIN_SCATTERED_LENGTH steps), one
+# after the other from the state the last one left: the copies hold a segment each
+# rather than the whole operand.
+_SEGMENT_BYTES = 2**24
 # Copies between a time-major array and one that is not (a single channel's
 # chunks, (C, L) copied to (L, C) for the chunked scan and back; a result written
 # back into a time-contiguous output) go tile by tile, _TILE x _TILE over the
@@ -98,12 +105,56 @@ def forward(decays, impulses, initial_state, out, axis: int, method: str) -> Non
     acc = _dtypes.accumulator(out.dtype)
     a, x, target = (_time_first(v, axis) for v in (decays, impulses, out))
     keep = method != "serial" and _blocked_layout(a, x, target)
+    h = _initial(initial_state, x.shape[1:], acc)
+    pieces = None if keep else _segments((a, x), target, acc)
+    if pieces is None:
+        _forward(a, x, h, target, acc, method, keep)
+        return
+    method = _method(method, target, acc)
+    for start, stop in pieces:
+        h = _forward(a[start:stop], x[start:stop], h, target[start:stop], acc, method, keep)
+
+
+def _forward(a, x, h0, target, acc, method: str, keep: bool):
+    """`forward` on time-first views, from ``h0``; returns the last state (in ``acc``)."""
     a, x = _operand(a, acc, keep), _operand(x, acc, keep)
-    h0 = _initial(initial_state, x.shape[1:], acc)
     work = _buffer(target, acc, keep)
     scan(a, x, h0, work, method)
     if work is not target:
         _copy(target, work)
+    return work[-1] if len(work) else h0
+
+
+def _segments(operands, target, acc) -> list[tuple[int, int]] | None:
+    """The segments of time (start, stop) to scan one after the other (see
+    _SEGMENT_BYTES), or None to scan the whole at once: where nothing larger than two
+    segments is copied, or the scan is too short to cut."""
+    itemsize = np.dtype(acc).itemsize
+
+    def copied(view) -> int:
+        """The bytes of ``view``'s copy, 0 where it is scanned as it lies."""
+        if view.dtype == acc and not _scattered(view, acc):
+            return 0
+        return _stored(view).size * itemsize
+
+    if max(copied(v) for v in (*operands, target)) <= 2 * _SEGMENT_BYTES:
+        return None
+    length, row = target.shape[0], math.prod(target.shape[1:]) * itemsize
+    step = max(_MIN_SCATTERED_LENGTH, _SEGMENT_BYTES // max(row, 1))
+    if length < 2 * step:
+        return None
+    bounds = [*range(0, length, step), length]
+    if length - bounds[-2] < step // 2:  # no short last segment: a longer one
+        del bounds[-2]
+    return list(itertools.pairwise(bounds))
+
+
+def _method(method: str, target, acc) -> str:
+    """``method``, "auto" resolved for the whole scan (not for each segment)."""
+    if method != "auto":
+        return method
+    work = np.empty((0, *target.shape[1:]), acc)
+    return "parallel" if _parallel_wins(target.shape[0], work) else "serial"
 
 
 @_quiet
@@ -121,18 +172,38 @@ def backward(grad_output, decays, output, initial_state, grad_decays, grad_impul
     go, a, h, gx, ga = (_time_first(v, axis) for v in
                         (grad_output, decays, output, grad_impulses, grad_decays))
     keep = _blocked_layout(a[1:], go[:-1], gx[:-1])
-    go, a, h = _operand(go, acc, keep), _operand(a, acc, keep), h.astype(acc, copy=False)
     h0 = _initial(initial_state, go.shape[1:], acc)
-    g = _buffer(gx, acc, keep)
-    # Reverse time by viewing every array backwards, then run the forward scan.
-    g[-1] = go[-1]
-    scan(_conj(a[:0:-1]), go[-2::-1], g[-1], g[-2::-1], "auto")
-    if g is not gx:
-        _copy(gx, g)
-    ga[0] = np.conj(h0) * g[0]
-    np.multiply(_conj(h[:-1]), g[1:], out=ga[1:], casting="unsafe")  # no temporary product
+    pieces = None if keep else _segments((go, a, h), gx, acc)
+    method = "auto" if pieces is None else _method("auto", gx, acc)
+    after = None  # the gradient at the step after the segment
+    for start, stop in reversed(pieces or [(0, go.shape[0])]):
+        after = _backward(go, a, h, h0, gx, ga, start, stop, after, acc, keep, method)
     if grad_initial_state is not None:
-        grad_initial_state[...] = (np.conj(a[0]) * g[0]).reshape(grad_initial_state.shape)
+        first = np.conj(np.asarray(a[0], acc))
+        grad_initial_state[...] = (first * after).reshape(grad_initial_state.shape)
+
+
+def _backward(go, a, h, h0, gx, ga, start: int, stop: int, after, acc, keep: bool,
+              method: str):
+    """`backward` over the steps ``start`` to ``stop`` of the time-first views, given
+    the gradient at ``stop`` (``after``; None at the end); returns the gradient at
+    ``start`` (in ``acc``)."""
+    count = stop - start
+    go = _operand(go[start:stop], acc, keep)
+    a = _operand(a[start:stop + 1], acc, keep)  # and the decay coupling to ``after``
+    target = gx[start:stop]
+    g = _buffer(target, acc, keep)
+    # Reverse time by viewing every array backwards, then run the forward scan.
+    g[-1] = go[-1] if after is None else go[-1] + np.conj(a[count]) * after
+    scan(_conj(a[count - 1:0:-1]), go[-2::-1], g[-1], g[-2::-1], method)
+    if g is not target:
+        _copy(target, g)
+    h = h[max(start - 1, 0):stop].astype(acc, copy=False)
+    ga = ga[start:stop]
+    ga[0] = np.conj(h0 if start == 0 else h[0]) * g[0]
+    # no temporary product
+    np.multiply(_conj(h[:-1] if start == 0 else h[1:-1]), g[1:], out=ga[1:], casting="unsafe")
+    return g[0]
 
 
 def _time_first(view, axis: int):

@@ -345,6 +345,56 @@ def test_numpy_time_major_rule(monkeypatch):
     assert not copied((64, 1000))
 
 
+def test_numpy_segments(monkeypatch):
+    """Operands the NumPy backend would copy whole (time-major, or to float32 from half
+    precision) are scanned a segment of time at a time, each from the state the last
+    one left: forward against the reference for every method, full, broadcast and
+    time-invariant decays, initial states, reverse and complex data; the vector-Jacobian
+    product against the same call scanned whole. A segment that does not divide the
+    length is merged into the last."""
+    from cuscan import _numpy_backend
+
+    numpy = Backend("numpy")
+    segments = _numpy_backend._segments
+    cut = []
+    monkeypatch.setattr(_numpy_backend, "_segments",
+                        lambda *args: cut.append(segments(*args)) or cut[-1])
+    monkeypatch.setattr(_numpy_backend, "_SEGMENT_BYTES", 2048)
+    rng = np.random.default_rng(37)
+    for dtype in ("float64", "complex128", "float16"):
+        for width, length in ((40, 1500), (3, 2000)):
+            decays = make(rng, (width, length), dtype, low=0.5)
+            impulses = make(rng, (width, length), dtype, low=-1.0)
+            state = make(rng, (width,), dtype, low=-1.0)
+            for method in METHODS:
+                for reverse in (False, True):
+                    cut.clear()
+                    check(numpy, decays, impulses, state, axis=-1, reverse=reverse,
+                          method=method)
+                    check(numpy, decays[:, :1], impulses, axis=-1, reverse=reverse,
+                          method=method)
+                    # three channels of float64 are scanned as they lie (see _scattered)
+                    if dtype == "float16" or width == 40:
+                        assert all(c is not None and len(c) > 2 for c in cut), (dtype, cut)
+                    else:
+                        assert cut == [None, None]
+            weights = make(rng, (width, length), dtype, low=-1.0)
+            h = cuscan.linear_recurrence(decays, impulses, state, axis=-1)
+            cut.clear()
+            pieces = cuscan.linear_recurrence_vjp(weights, decays, h, state, axis=-1)
+            assert (cut[-1] is not None) == (dtype == "float16" or width == 40)
+            monkeypatch.setattr(_numpy_backend, "_SEGMENT_BYTES", 2**40)
+            whole = cuscan.linear_recurrence_vjp(weights, decays, h, state, axis=-1)
+            monkeypatch.setattr(_numpy_backend, "_SEGMENT_BYTES", 2048)
+            for got, want in zip(pieces, whole, strict=True):
+                assert got.dtype == want.dtype
+                want = want.astype(np.complex128)
+                np.testing.assert_allclose(got.astype(np.complex128), want, rtol=0,
+                                           atol=tolerance(dtype, length) * np.abs(want).max())
+    half = np.empty((870, 4), np.float16)  # 256 steps of 16 bytes, and 102 left
+    assert [b - a for a, b in segments((half,), half, np.float32)] == [256, 256, 358]
+
+
 @pytest.mark.parametrize("layout", ["copies", "views"])
 def test_numpy_parallel_layouts(monkeypatch, layout):
     """The NumPy backend's chunked scan runs on contiguous copies for narrow time steps and
