@@ -1,0 +1,84 @@
+"""The NumPy backend in segments of time: the copies of one segment, or of the whole.
+
+Operands the backend copies before scanning (time-contiguous ``(C, T)`` arrays
+along axis -1 copied time-major; half-precision ones converted to float32) are
+copied, scanned and copied back a segment of time at a time, each from the state
+the last one left, so that the copies hold one segment rather than the whole
+operand. Times the forward scan and its vector-Jacobian product both ways (the
+segment size set out of reach for the whole), alternated in one process (so a
+loaded machine slows both alike), and the most memory a call holds beyond its
+inputs, the result included (tracemalloc, which NumPy reports to); prints
+segments / whole and both memories; writes results/numpy_segments.json.
+
+    python -m benchmarks.numpy_segments
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import tracemalloc
+
+import numpy as np
+
+import cuscan
+from benchmarks._common import alternated, environment, write
+from cuscan import _numpy_backend
+
+# (shape, dtype, time axis)
+CASES = [((64, 10**6), "float64", -1), ((16, 10**6), "complex128", -1),
+         ((256, 2 * 10**5), "float32", -1), ((10**6, 64), "float16", 0)]
+
+
+def _peak(function) -> int:
+    """The most bytes ``function()`` holds at once, what it returns included."""
+    tracemalloc.start()
+    try:
+        function()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    settings = {"segments": _numpy_backend._SEGMENT_BYTES, "whole": math.inf}
+    rows = []
+    print("segments / whole (< 1: segments are faster); memory beyond the inputs (MiB): "
+          "segments, whole")
+    for shape, dtype, axis in CASES:
+        decays = rng.uniform(0.5, 1.0, shape).astype(dtype)
+        impulses = rng.uniform(-1.0, 1.0, shape).astype(dtype)
+        output = cuscan.linear_recurrence(decays, impulses, axis=axis)
+        weights = rng.uniform(-1.0, 1.0, shape).astype(dtype)
+        for name, function in (
+                ("forward", functools.partial(cuscan.linear_recurrence, decays, impulses,
+                                              axis=axis)),
+                ("vjp", functools.partial(cuscan.linear_recurrence_vjp, weights, decays,
+                                          output, axis=axis))):
+            best = alternated(function, _numpy_backend, "_SEGMENT_BYTES", settings, 3)
+            memory = {}
+            for label, value in settings.items():
+                saved, _numpy_backend._SEGMENT_BYTES = _numpy_backend._SEGMENT_BYTES, value
+                try:
+                    memory[label] = _peak(function)
+                finally:
+                    _numpy_backend._SEGMENT_BYTES = saved
+            row = {"shape": list(shape), "dtype": dtype, "axis": axis, "function": name,
+                   "segments_s": best["segments"], "whole_s": best["whole"],
+                   "segments_bytes": memory["segments"], "whole_bytes": memory["whole"],
+                   "operand_bytes": impulses.nbytes}
+            rows.append(row)
+            print(f"{'x'.join(map(str, shape)):>12} {dtype:>10} {axis:>3} {name:>8} "
+                  f"{row['segments_s'] / row['whole_s']:6.2f} "
+                  f"{row['segments_s'] * 1e3:8.1f} ms "
+                  f"{memory['segments'] / 2**20:7.0f} {memory['whole'] / 2**20:7.0f}",
+                  flush=True)
+    path = write("numpy_segments", {"environment": environment(),
+                                    "segment_bytes": _numpy_backend._SEGMENT_BYTES,
+                                    "rows": rows})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
