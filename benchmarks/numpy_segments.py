@@ -8,7 +8,10 @@ operand. Times the forward scan and its vector-Jacobian product both ways (the
 segment size set out of reach for the whole), alternated in one process (so a
 loaded machine slows both alike), and the most memory a call holds beyond its
 inputs, the result included (tracemalloc, which NumPy reports to); prints
-segments / whole and both memories; writes results/numpy_segments.json.
+segments / whole and both memories. Operands over 512 MiB, which the backend
+scanned as they lie before the segments bounded its copies, are timed in
+segments against that (the copies switched off). Writes
+results/numpy_segments.json.
 
     python -m benchmarks.numpy_segments
 """
@@ -28,6 +31,7 @@ from cuscan import _numpy_backend
 # (shape, dtype, time axis)
 CASES = [((64, 10**6), "float64", -1), ((16, 10**6), "complex128", -1),
          ((256, 2 * 10**5), "float32", -1), ((10**6, 64), "float16", 0)]
+LARGE = [(64, 1_100_000), (16, 4_400_000)]  # float64, over 512 MiB
 
 
 def _peak(function) -> int:
@@ -74,9 +78,21 @@ def main() -> None:
                   f"{row['segments_s'] * 1e3:8.1f} ms "
                   f"{memory['segments'] / 2**20:7.0f} {memory['whole'] / 2**20:7.0f}",
                   flush=True)
+    large = []
+    print("over 512 MiB, float64 along axis -1: segments / as they lie")
+    for shape in LARGE:
+        decays, impulses = rng.uniform(0.5, 1.0, shape), rng.uniform(-1.0, 1.0, shape)
+        function = functools.partial(cuscan.linear_recurrence, decays, impulses, axis=-1)
+        best = alternated(function, _numpy_backend, "_MAX_STRIDED_ROW",
+                          {"segments": _numpy_backend._MAX_STRIDED_ROW, "as_they_lie": math.inf},
+                          2, rounds=2)
+        large.append({"shape": list(shape), "segments_s": best["segments"],
+                      "as_they_lie_s": best["as_they_lie"], "operand_bytes": impulses.nbytes})
+        print(f"{'x'.join(map(str, shape)):>12} {best['segments'] / best['as_they_lie']:6.2f} "
+              f"{best['segments'] * 1e3:8.1f} ms", flush=True)
     path = write("numpy_segments", {"environment": environment(),
                                     "segment_bytes": _numpy_backend._SEGMENT_BYTES,
-                                    "rows": rows})
+                                    "rows": rows, "large": large})
     print(f"wrote {path}")
 
 

@@ -47,7 +47,9 @@ _MAX_STRIDED_ROW = 128
 # _MAX_SCATTERED_WIDTH elements or a stride that is a multiple of
 # _ALIASING_STRIDE bytes, whose lines crowd into few cache sets. Wide steps
 # with other strides stay in cache as they are.
-# An operand of more than _MAX_COPY_BYTES is scanned as it is, without copies.
+# The copies are made a segment of time at a time (_SEGMENT_BYTES), whatever the
+# operand's size; a copy of a whole signal (cuscan.signal's, for a framework's
+# tensors) is made up to _MAX_COPY_BYTES.
 _CACHE_LINE = 64
 _MIN_SCATTERED_LENGTH = 256
 _MAX_SCATTERED_WIDTH = 512
@@ -219,9 +221,10 @@ def _scattered(view, dtype) -> bool:
     return _scattered_layout(view.shape, view.strides, dtype)
 
 
-def _scattered_layout(shape, strides, dtype) -> bool:
+def _scattered_layout(shape, strides, dtype, most: float = math.inf) -> bool:
     """`_scattered` for a time-first layout given by its ``shape`` and byte ``strides``,
-    which need not be a NumPy array's (cuscan.signal asks it of framework tensors)."""
+    which need not be a NumPy array's (cuscan.signal asks it of framework tensors), of
+    at most ``most`` bytes in ``dtype``."""
     if shape[0] < _MIN_SCATTERED_LENGTH:
         return False
     strides = [abs(stride) for size, stride in zip(shape[1:], strides[1:], strict=True)
@@ -230,7 +233,7 @@ def _scattered_layout(shape, strides, dtype) -> bool:
         return False
     width, itemsize = math.prod(shape[1:]), np.dtype(dtype).itemsize
     row = width * itemsize
-    return (row > _MAX_STRIDED_ROW and shape[0] * row <= _MAX_COPY_BYTES and (
+    return (row > _MAX_STRIDED_ROW and shape[0] * row <= most and (
         width < _MAX_SCATTERED_WIDTH or min(strides) % _ALIASING_STRIDE == 0))
 
 

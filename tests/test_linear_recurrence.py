@@ -322,8 +322,9 @@ def test_numpy_time_contiguous(monkeypatch, layout):
 
 def test_numpy_time_major_rule(monkeypatch):
     """Which time-first views the NumPy backend copies time-major: long, wide and
-    time-contiguous ones, with fewer than 512 elements a step or aliasing strides,
-    and not over the memory bound."""
+    time-contiguous ones, with fewer than 512 elements a step or aliasing strides, of
+    any size (a segment at a time); a whole copy (cuscan.signal's) not over the memory
+    bound."""
     from cuscan import _numpy_backend
 
     def copied(shape, dtype=np.float32, axis=-1, view=lambda v: v):
@@ -342,7 +343,12 @@ def test_numpy_time_major_rule(monkeypatch):
     assert not copied((64, 1000), view=lambda v: v[:, :1])  # time-invariant
     assert not copied((1, 1000), view=lambda v: np.broadcast_to(v, (64, 1000)))
     monkeypatch.setattr(_numpy_backend, "_MAX_COPY_BYTES", 64 * 1000 * 4 - 1)
-    assert not copied((64, 1000))
+    assert copied((64, 1000))
+    view = np.empty((64, 1000), np.float32).T
+    assert not _numpy_backend._scattered_layout(view.shape, view.strides, np.float32,
+                                                _numpy_backend._MAX_COPY_BYTES)
+    assert _numpy_backend._scattered_layout(view.shape, view.strides, np.float32,
+                                            _numpy_backend._MAX_COPY_BYTES + 1)
 
 
 def test_numpy_segments(monkeypatch):

@@ -85,7 +85,8 @@ class _Arrays:
         order = [axis, *(i for i in range(len(shape)) if i != axis)]
         # The recurrences of a real signal's conjugate pole pairs are complex.
         if not _numpy_backend._scattered_layout([shape[i] for i in order],
-                                                [strides[i] for i in order], np.complex128):
+                                                [strides[i] for i in order], np.complex128,
+                                                _numpy_backend._MAX_COPY_BYTES):
             return None
         return self.contiguous(self.moveaxis(x, axis, 0))
 
