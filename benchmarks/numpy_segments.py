@@ -31,7 +31,7 @@ from cuscan import _numpy_backend
 # (shape, dtype, time axis)
 CASES = [((64, 10**6), "float64", -1), ((16, 10**6), "complex128", -1),
          ((256, 2 * 10**5), "float32", -1), ((10**6, 64), "float16", 0)]
-LARGE = [(64, 1_100_000), (16, 4_400_000)]  # float64, over 512 MiB
+LARGE = [(64, 1_100_000), (32, 2_200_000)]  # float64, over 512 MiB
 
 
 def _peak(function) -> int:
