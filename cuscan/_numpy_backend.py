@@ -143,10 +143,14 @@ def _segments(operands, target, acc) -> list[tuple[int, int]] | None:
         return None
     length, row = target.shape[0], math.prod(target.shape[1:]) * itemsize
     step = max(_MIN_SCATTERED_LENGTH, _SEGMENT_BYTES // max(row, 1))
-    if length < 2 * step:
-        return None
+    return _cut(length, step) if length >= 2 * step else None
+
+
+def _cut(length: int, step: int) -> list[tuple[int, int]]:
+    """``length`` steps cut into pieces (start, stop) of ``step``, with no short last
+    piece: one shorter than half a step is merged into the one before."""
     bounds = [*range(0, length, step), length]
-    if length - bounds[-2] < step // 2:  # no short last segment: a longer one
+    if len(bounds) > 2 and length - bounds[-2] < step // 2:
         del bounds[-2]
     return list(itertools.pairwise(bounds))
 

@@ -399,6 +399,9 @@ def test_numpy_segments(monkeypatch):
                                            atol=tolerance(dtype, length) * np.abs(want).max())
     half = np.empty((870, 4), np.float16)  # 256 steps of 16 bytes, and 102 left
     assert [b - a for a, b in segments((half,), half, np.float32)] == [256, 256, 358]
+    assert _numpy_backend._cut(900, 256) == [(0, 256), (256, 512), (512, 768), (768, 900)]
+    assert _numpy_backend._cut(300, 256) == [(0, 300)]
+    assert _numpy_backend._cut(100, 256) == [(0, 100)]
 
 
 @pytest.mark.parametrize("layout", ["copies", "views"])

@@ -32,7 +32,6 @@ outputs that state gives with no input).
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 
 import numpy as np
@@ -403,17 +402,14 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     return y, _moved(zf.reshape(count, *batch, zf.shape[-1]), -1, 1 + axis)
 
 
-def _segments(shape: tuple, size: int) -> list[int]:
-    """Where a signal of ``shape`` (time last) is cut into segments of time (`cascade`
-    in chunks of ``size``): the segments' starts after the first, none where it is one."""
+def _segments(shape: tuple, size: int) -> list[tuple[int, int]]:
+    """The segments of time (start, stop) a signal of ``shape`` (time last) is filtered
+    in (`cascade`, in chunks of ``size``); none where it is filtered whole."""
     rows, length = math.prod(shape[:-1]), shape[-1]
     segment = max(_MIN_SEGMENT, _SEGMENT_ELEMENTS // max(rows, 1)) // size * size
     if length * rows <= 2 * _SEGMENT_ELEMENTS or length < 2 * segment:
         return []
-    starts = list(range(segment, length, segment))
-    if length - starts[-1] < segment // 2:  # no short last segment: a longer one
-        starts.pop()
-    return starts
+    return _numpy_backend._cut(length, segment)
 
 
 def _in_segments(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
@@ -423,12 +419,10 @@ def _in_segments(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
     filtered from the state the one before left; the output in ``out`` or a new array in
     ``x``'s row-major order, as `cascade` returns it."""
     signal = _moved(x, axis, -1)
-    last, length = signal.ndim - 1, signal.shape[-1]
-    bounds = [0, *_segments(signal.shape, size), length]
+    last, pieces = signal.ndim - 1, _segments(signal.shape, size)
     y = np.empty(x.shape) if out is None else out
     ys = _moved(y, axis, -1)
     state = None if zi is None else _moved(zi, 1 + axis, -1)
-    pieces = list(itertools.pairwise(bounds))
     buffers = np.empty((2, *signal.shape[:-1], max(b - a for a, b in pieces)))
     for start, stop in reversed(pieces) if reverse else pieces:
         piece, into = signal[..., start:stop], ys[..., start:stop]
