@@ -7,6 +7,7 @@ import os
 import platform
 import subprocess
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -70,6 +71,31 @@ def alternated(function, module, name: str, values: dict, repeats: int, rounds: 
     finally:
         setattr(module, name, saved)
     return best
+
+
+def peak_memory(function) -> int:
+    """The most bytes ``function()`` holds at once, what it returns included (tracemalloc,
+    which NumPy reports to)."""
+    tracemalloc.start()
+    try:
+        function()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def peak_memories(function, module, name: str, values: dict) -> dict:
+    """`peak_memory` of ``function`` with ``module.<name>`` set to each of ``values``
+    (label -> value) in turn; by label. The attribute is restored after."""
+    saved = getattr(module, name)
+    try:
+        peaks = {}
+        for label, value in values.items():
+            setattr(module, name, value)
+            peaks[label] = peak_memory(function)
+        return peaks
+    finally:
+        setattr(module, name, saved)
 
 
 def write(name: str, payload: dict) -> Path:

@@ -20,28 +20,17 @@ from __future__ import annotations
 
 import functools
 import math
-import tracemalloc
 
 import numpy as np
 
 import cuscan
-from benchmarks._common import alternated, environment, write
+from benchmarks._common import alternated, environment, peak_memories, write
 from cuscan import _numpy_backend
 
 # (shape, dtype, time axis)
 CASES = [((64, 10**6), "float64", -1), ((16, 10**6), "complex128", -1),
          ((256, 2 * 10**5), "float32", -1), ((10**6, 64), "float16", 0)]
 LARGE = [(64, 1_100_000), (32, 2_200_000)]  # float64, over 512 MiB
-
-
-def _peak(function) -> int:
-    """The most bytes ``function()`` holds at once, what it returns included."""
-    tracemalloc.start()
-    try:
-        function()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def main() -> None:
@@ -61,13 +50,7 @@ def main() -> None:
                 ("vjp", functools.partial(cuscan.linear_recurrence_vjp, weights, decays,
                                           output, axis=axis))):
             best = alternated(function, _numpy_backend, "_SEGMENT_BYTES", settings, 3)
-            memory = {}
-            for label, value in settings.items():
-                saved, _numpy_backend._SEGMENT_BYTES = _numpy_backend._SEGMENT_BYTES, value
-                try:
-                    memory[label] = _peak(function)
-                finally:
-                    _numpy_backend._SEGMENT_BYTES = saved
+            memory = peak_memories(function, _numpy_backend, "_SEGMENT_BYTES", settings)
             row = {"shape": list(shape), "dtype": dtype, "axis": axis, "function": name,
                    "segments_s": best["segments"], "whole_s": best["whole"],
                    "segments_bytes": memory["segments"], "whole_bytes": memory["whole"],

@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import functools
 import math
-import tracemalloc
 
 import numpy as np
 import scipy.signal
 
-from benchmarks._common import alternated, best_time, environment, write
+from benchmarks._common import alternated, best_time, environment, peak_memories, peak_memory, write
 from cuscan import signal
 from cuscan.signal import _chunks
 
@@ -38,17 +37,6 @@ LENGTHS = (32, 64, 128)
 APART = [(156_250, 64), (10**6, 4), (10**6, 2), (100_000, 3), (4096, 16), (2048, 512),
          (512, 2048)]
 SEGMENTED = [(10**6, 64), (10**6, 16), (200_000, 8, 8), (10**7, 2)]
-
-
-def _peak(function) -> int:
-    """The most bytes ``function()`` holds at once beyond what it returns and what was
-    held before."""
-    tracemalloc.start()
-    try:
-        function()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
 
 
 def segments(rng) -> list:
@@ -66,17 +54,11 @@ def segments(rng) -> list:
             function = functools.partial(ours, sos, x, axis=0)
             best = alternated(function, _chunks, "_SEGMENT_ELEMENTS", settings, 3)
             reference = functools.partial(theirs, sos, x, axis=0)
-            memory = {}
-            for label, value in settings.items():
-                saved, _chunks._SEGMENT_ELEMENTS = _chunks._SEGMENT_ELEMENTS, value
-                try:
-                    memory[label] = _peak(function)
-                finally:
-                    _chunks._SEGMENT_ELEMENTS = saved
+            memory = peak_memories(function, _chunks, "_SEGMENT_ELEMENTS", settings)
             row = {"shape": list(shape), "filter": name, "segments_s": best["segments"],
                    "whole_s": best["whole"], "scipy_s": best_time(reference, 3),
                    "segments_bytes": memory["segments"], "whole_bytes": memory["whole"],
-                   "scipy_bytes": _peak(reference), "input_bytes": x.nbytes}
+                   "scipy_bytes": peak_memory(reference), "input_bytes": x.nbytes}
             rows.append(row)
             print(f"{'x'.join(map(str, shape)):>14} {name:>11} "
                   f"{row['segments_s'] / row['whole_s']:6.2f} "
