@@ -330,8 +330,9 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
         size = min(size, _PAIR_CHUNK)
     signal = _moved(x, axis, -1)
     apart = signal.strides[-1] != signal.itemsize
-    if apart and signal.ndim > 1 and _segments(signal.shape, size):
-        return _in_segments(sections, x, axis, zi, reverse, out, keep_state, size)
+    pieces = _segments(signal.shape, size) if apart and signal.ndim > 1 else []
+    if pieces:
+        return _in_segments(sections, x, axis, zi, reverse, out, keep_state, pieces)
     if apart:  # steps apart, or reversed (filtfilt's second pass): copied in tiles
         signal = _numpy_backend._copy(np.empty(signal.shape), signal) if signal.ndim > 1 \
             else np.ascontiguousarray(signal)
@@ -413,13 +414,13 @@ def _segments(shape: tuple, size: int) -> list[tuple[int, int]]:
 
 
 def _in_segments(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
-                 out: np.ndarray | None, keep_state: bool, size: int):
+                 out: np.ndarray | None, keep_state: bool, pieces: list):
     """`cascade` over ``x``, whose steps lie apart, a segment of time at a time
-    (`_segments`), each copied to adjacent samples (flipped where ``reverse``) and
+    (``pieces``, from `_segments`), each copied to adjacent samples (flipped where ``reverse``) and
     filtered from the state the one before left; the output in ``out`` or a new array in
     ``x``'s row-major order, as `cascade` returns it."""
     signal = _moved(x, axis, -1)
-    last, pieces = signal.ndim - 1, _segments(signal.shape, size)
+    last = signal.ndim - 1
     y = np.empty(x.shape) if out is None else out
     ys = _moved(y, axis, -1)
     state = None if zi is None else _moved(zi, 1 + axis, -1)
