@@ -2,8 +2,10 @@
 
 Times both methods on (T, width) arrays of each dtype over a grid and prints
 the serial/parallel time ratio; cuscan._numpy_backend's "auto" rule is drawn
-from it. Then times the parallel method's two layouts (contiguous copies, or
-strided views of the arrays) over widths, for float64 and complex128, which
+from it. Then times Hillis and Steele's scan against the method "auto" chose
+without it, over short scans of each dtype, which sets its _MIN_DOUBLING_LENGTH
+and _MAX_DOUBLING_BYTES; the parallel method's two layouts (contiguous
+copies, or strided views of the arrays) over widths, for float64 and complex128, which
 sets its _MAX_STRIDED_ROW; and time-contiguous operands, (C, T) along axis -1,
 scanned in time-major copies or as they are, which sets the rule of its
 _scattered. Writes results/numpy_methods.json.
@@ -16,12 +18,14 @@ from __future__ import annotations
 import numpy as np
 
 import cuscan
-from benchmarks._common import best_time, environment, write
+from benchmarks._common import alternated, best_time, environment, write
 from cuscan import _numpy_backend
 
 CROSSOVER_DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 LENGTHS = [32, 48, 64, 96, 128, 192, 256, 1024, 4096, 16384]
 WIDTHS = [1, 16, 64, 128, 192, 256, 384, 512, 768, 1024, 2048]
+DOUBLING_LENGTHS = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 16384]
+DOUBLING_WIDTHS = [1, 2, 4, 16, 64, 256]
 SCATTERED_CHANNELS = [2, 8, 16, 32, 128, 512, 1000, 2048]
 SCATTERED_LENGTHS = [64, 256, 1000, 4096, 10000, 65536, 100000, 2**20]
 LAYOUT_SHAPES = [(1024, 1), (65536, 1), (2**22, 1), (1024, 4), (65536, 4), (1024, 16),
@@ -54,7 +58,8 @@ def crossovers(rng) -> list[dict]:
                         times[method] = min(times[method], best_time(
                             lambda m=method, a=a, x=x: cuscan.linear_recurrence(a, x, method=m),
                             calls))
-                chosen = _numpy_backend._parallel_wins(length, x)
+                chosen = (_numpy_backend._doubles(length, x)
+                          or _numpy_backend._parallel_wins(length, x))
                 rows.append({"length": length, "width": width, "dtype": np.dtype(dtype).name,
                              "chosen": "parallel" if chosen else "serial",
                              **{f"{m}_s": t for m, t in times.items()}})
@@ -67,6 +72,39 @@ def crossovers(rng) -> list[dict]:
     worst = max(rows, key=loss)
     print(f"auto's worst choice: {loss(worst):.2f}x the better method's time at"
           f" T = {worst['length']}, width {worst['width']}, {worst['dtype']}")
+    return rows
+
+
+def doubling(rng) -> list[dict]:
+    """Hillis and Steele's scan over the method "auto" chose without it, alternated in
+    rounds, over short (T, width) scans of each dtype."""
+    rows = []
+    variants = {"doubling": lambda length, out: True, "without": lambda length, out: False}
+    for dtype in CROSSOVER_DTYPES:
+        print(f"\n{np.dtype(dtype).name}: Hillis and Steele's scan / auto without it;"
+              " < 1 means it is faster; * marks the rule's choice of it")
+        print(f"{'T':>7} " + " ".join(f"{w:>6}" for w in DOUBLING_WIDTHS))
+        for length in DOUBLING_LENGTHS:
+            cells = []
+            for width in DOUBLING_WIDTHS:
+                if length * width > 2**20:
+                    cells.append(f"{'':>6}")
+                    continue
+                x = rng.standard_normal((length, width)).astype(dtype)
+                a = rng.uniform(0, 1, (length, width)).astype(dtype)
+                times = alternated(lambda a=a, x=x: cuscan.linear_recurrence(a, x),
+                                   _numpy_backend, "_doubles", variants,
+                                   max(3, min(200, 200_000 // (length * width))))
+                chosen = _numpy_backend._doubles(length, x)
+                rows.append({"length": length, "width": width, "dtype": np.dtype(dtype).name,
+                             "chosen": chosen, "doubling_s": times["doubling"],
+                             "without_s": times["without"]})
+                cells.append(f"{times['doubling'] / times['without']:5.2f}"
+                             f"{'*' if chosen else ' '}")
+            print(f"{length:>7} " + " ".join(cells), flush=True)
+    chosen = [r["doubling_s"] / r["without_s"] for r in rows if r["chosen"]]
+    print(f"where chosen, Hillis and Steele's scan took {min(chosen):.2f} to {max(chosen):.2f}"
+          " of the time of auto without it")
     return rows
 
 
@@ -136,10 +174,12 @@ def scattered(rng) -> list[dict]:
 def main() -> None:
     rng = np.random.default_rng(0)
     rows = crossovers(rng)
+    doubling_rows = doubling(rng)
     layout_rows = layouts(rng)
     scattered_rows = scattered(rng)
     path = write("numpy_methods", {"environment": environment(), "crossovers": rows,
-                                   "layouts": layout_rows, "scattered": scattered_rows})
+                                   "doubling": doubling_rows, "layouts": layout_rows,
+                                   "scattered": scattered_rows})
     print(f"wrote {path}")
 
 

@@ -222,6 +222,24 @@ def test_nan_and_inf_propagate_as_serially(backend, method, axis):
 
 
 @pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("length", [33, 200, 1000])  # short scans: whole-array steps
+def test_short_scans_carry_non_finite_values_as_serially(backend, method, length):
+    rng = np.random.default_rng(length)
+    decays, impulses = make(rng, (length, 7), low=0.5), make(rng, (length, 7), low=-1)
+    impulses[length // 3, 0] = np.nan
+    decays[length // 2, 1] = np.nan
+    impulses[length // 4, 2] = np.inf
+    impulses[length // 4, 3] = np.inf
+    decays[length // 2, 3] = 0.0
+    decays[length // 2, 4] = np.inf
+    # Serially 0 * huge stays 0 until the decays shrink; products over a span overflow.
+    decays[:length // 2, 5] = np.sqrt(np.finfo(np.float64).max)
+    impulses[:length // 2, 5] = 0.0  # channel 6 stays finite
+    result = check(backend, decays, impulses, method=method)
+    assert np.isfinite(result[:, 5:]).all()
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_matches_across_methods(backend, method):
     rng = np.random.default_rng(12)
     decays, impulses = make(rng, (3001, 5), "float32"), make(rng, (3001, 5), "float32", -1)
@@ -417,6 +435,7 @@ def test_numpy_parallel_layouts(monkeypatch, layout):
     monkeypatch.setattr(_numpy_backend, "_TILE", 5)
     # Chunks for large arrays from 50,000 elements: (4099, 40) and (65537, 2) take them.
     monkeypatch.setattr(_numpy_backend, "_STEP_ELEMENTS_UP_TO", 50_000)
+    monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_BYTES", -1)  # chunks at every size
     numpy = Backend("numpy")
     rng = np.random.default_rng(31)
     for length, width in ((5, 3), (1025, 1), (4099, 40), (65537, 2), (30011, 1)):
@@ -435,6 +454,43 @@ def test_numpy_parallel_layouts(monkeypatch, layout):
     decays, impulses = make(rng, (3000, 40), low=0.5), make(rng, (3000, 40), low=-1.0)
     impulses[1234, 0], decays[1500, 1], impulses[700, 2] = np.nan, np.nan, np.inf
     check(numpy, decays, impulses, method="parallel")
+
+
+def test_numpy_doubling(monkeypatch):
+    """Short scans take Hillis and Steele's scan: it gives the reference's results for
+    lengths around the powers of two, an initial state, decays broadcast along time or
+    within a step, reversed and time-contiguous (strided) operands, every float dtype, and
+    runs as the chunked scan's scan of its carries."""
+    from cuscan import _numpy_backend
+
+    assert _numpy_backend._doubles(32, np.empty((0, 128)))  # 32 KiB
+    assert not _numpy_backend._doubles(32, np.empty((0, 129)))
+    assert not _numpy_backend._doubles(31, np.empty((0, 1)))
+    monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_BYTES", 2**20)
+    ran = []
+    doubling = _numpy_backend._doubling
+
+    def spy(a, *args):
+        ran.append(a.shape[0])
+        doubling(a, *args)
+
+    monkeypatch.setattr(_numpy_backend, "_doubling", spy)
+    numpy = Backend("numpy")
+    rng = np.random.default_rng(41)
+    for length, width in ((32, 1), (33, 5), (63, 2), (64, 1), (65, 3), (1023, 4), (4097, 2)):
+        for dtype in ("float32", "float64", "complex128"):
+            decays = make(rng, (length, width), dtype)
+            impulses = make(rng, (length, width), dtype, low=-1.0)
+            state = make(rng, (width,), dtype, low=-1.0)
+            check(numpy, decays, impulses, state)
+            check(numpy, decays[:1], impulses, state, reverse=True)  # broadcast along time
+            check(numpy, decays.T, impulses.T, axis=1, method="parallel")
+            check(numpy, make(rng, (1, 1), dtype), impulses, axis=0)
+            assert length in ran
+    ran.clear()
+    check(numpy, make(rng, (2**17, 2)), make(rng, (2**17, 2), low=-1.0))
+    assert ran  # the carries'
+    assert max(ran) < 2**17
 
 
 def test_numpy_blocked(monkeypatch):
