@@ -3,9 +3,9 @@
 Times both methods on (T, width) arrays of each dtype over a grid and prints
 the serial/parallel time ratio; cuscan._numpy_backend's "auto" rule is drawn
 from it. Then times Hillis and Steele's scan against the method "auto" chose
-without it, over short scans of each dtype, which sets its _MIN_DOUBLING_LENGTH
-and _MAX_DOUBLING_BYTES; the parallel method's two layouts (contiguous
-copies, or strided views of the arrays) over widths, for float64 and complex128, which
+without it, over short scans of each dtype, which sets its _MIN_DOUBLING_LENGTH,
+_MAX_DOUBLING_ROW and _MAX_DOUBLING_BYTES; the parallel method's two layouts
+(contiguous copies, or strided views of the arrays) over widths, for float64 and complex128, which
 sets its _MAX_STRIDED_ROW; and time-contiguous operands, (C, T) along axis -1,
 scanned in time-major copies or as they are, which sets the rule of its
 _scattered. Writes results/numpy_methods.json.
@@ -24,8 +24,8 @@ from cuscan import _numpy_backend
 CROSSOVER_DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 LENGTHS = [32, 48, 64, 96, 128, 192, 256, 1024, 4096, 16384]
 WIDTHS = [1, 16, 64, 128, 192, 256, 384, 512, 768, 1024, 2048]
-DOUBLING_LENGTHS = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 16384]
-DOUBLING_WIDTHS = [1, 2, 4, 16, 64, 256]
+DOUBLING_LENGTHS = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+DOUBLING_WIDTHS = [1, 2, 4, 8, 16, 32, 64, 256]
 SCATTERED_CHANNELS = [2, 8, 16, 32, 128, 512, 1000, 2048]
 SCATTERED_LENGTHS = [64, 256, 1000, 4096, 10000, 65536, 100000, 2**20]
 LAYOUT_SHAPES = [(1024, 1), (65536, 1), (2**22, 1), (1024, 4), (65536, 4), (1024, 16),

@@ -95,12 +95,19 @@ _BLOCK_ELEMENTS = 65536
 _MIN_BLOCK_ROWS = 256
 # Short scans of few bytes take Hillis and Steele's scan (`_doubling`): ceil(log2 T)
 # steps, each a few vector operations over the whole array, where the chunked scan
-# takes Python steps by the chunk and the serial loop two per time step. From
-# _MIN_DOUBLING_LENGTH steps up to _MAX_DOUBLING_BYTES in all (in the accumulator's
-# dtype), it took 0.3 to 1.06 of the time of the method "auto" chose before it
-# (benchmarks/numpy_methods.py); beyond, its T log T work loses.
+# takes Python steps by the chunk and its recursion, and the serial loop two per time
+# step. Its T log T work pays from _MIN_DOUBLING_LENGTH steps of at most
+# _MAX_DOUBLING_ROW bytes, up to _MAX_DOUBLING_BYTES in all, in the accumulator's dtype
+# (benchmarks/numpy_methods.py).
 _MIN_DOUBLING_LENGTH = 32
-_MAX_DOUBLING_BYTES = 32768
+_MAX_DOUBLING_ROW = 256
+_MAX_DOUBLING_BYTES = 65536
+# The chunked scan runs over segments of time of about _CACHE_SEGMENT_BYTES of the
+# result (at least _MIN_CACHE_SEGMENT steps), one after the other from the state the
+# last one left, so that its second pass finds the operands, and their copies, in
+# cache (benchmarks/numpy_cache.py).
+_CACHE_SEGMENT_BYTES = 2**22
+_MIN_CACHE_SEGMENT = 256
 
 
 # Overflow, underflow and NaN are data here, handled as the serial recurrence
@@ -308,7 +315,7 @@ def scan(a, x, h0, out, method: str) -> None:
     elif doubling:
         _doubling(a, x, h0, out)
     else:
-        _parallel(a, x, h0, out)
+        _in_cache(a, x, h0, out)
 
 
 def _blocked_layout(a, x, out) -> bool:
@@ -341,10 +348,26 @@ def _parallel_wins(length: int, out) -> bool:
     return row <= _MAX_LONG_PARALLEL_ROW and length >= _MIN_LONG_PARALLEL_LENGTH
 
 
+def _in_cache(a, x, h0, out) -> None:
+    """`_parallel` over segments of time of about _CACHE_SEGMENT_BYTES of ``out``, one after
+    the other from the state the last one left, so that its second pass reads the
+    operands from cache."""
+    length = a.shape[0]
+    row = math.prod(out.shape[1:]) * out.itemsize
+    step = max(_MIN_CACHE_SEGMENT, _CACHE_SEGMENT_BYTES // max(row, 1))
+    if length < 2 * step:
+        _parallel(a, x, h0, out)
+        return
+    for start, stop in _cut(length, step):
+        _parallel(a[start:stop], x[start:stop], h0, out[start:stop])
+        h0 = out[stop - 1]
+
+
 def _doubles(length: int, out) -> bool:
     """Whether `_doubling` pays for ``length`` steps of ``out``'s size."""
-    return (length >= _MIN_DOUBLING_LENGTH
-            and length * math.prod(out.shape[1:]) * out.itemsize <= _MAX_DOUBLING_BYTES)
+    row = math.prod(out.shape[1:]) * out.itemsize
+    return (length >= _MIN_DOUBLING_LENGTH and row <= _MAX_DOUBLING_ROW
+            and length * row <= _MAX_DOUBLING_BYTES)
 
 
 def _doubling(a, x, h0, out) -> None:

@@ -456,6 +456,52 @@ def test_numpy_parallel_layouts(monkeypatch, layout):
     check(numpy, decays, impulses, method="parallel")
 
 
+def test_numpy_cache_segments(monkeypatch):
+    """The chunked scan runs over segments of time one after the other, each from the state
+    the last one left: the reference's results for lengths the segments do not divide, an
+    initial state, broadcast decays, reverse, time-contiguous operands, complex data and
+    non-finite values (re-run serially within their segment); the vector-Jacobian product
+    against the same call scanned whole."""
+    from cuscan import _numpy_backend
+
+    monkeypatch.setattr(_numpy_backend, "_CACHE_SEGMENT_BYTES", 4096)
+    monkeypatch.setattr(_numpy_backend, "_MIN_CACHE_SEGMENT", 64)
+    monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_BYTES", -1)
+    runs = []
+    parallel = _numpy_backend._parallel
+
+    def spy(a, *args):
+        runs.append(a.shape[0])
+        parallel(a, *args)
+
+    monkeypatch.setattr(_numpy_backend, "_parallel", spy)
+    numpy = Backend("numpy")
+    rng = np.random.default_rng(43)
+    for length, width in ((1000, 1), (2003, 4), (777, 40)):
+        for dtype in ("float32", "complex128"):
+            decays = make(rng, (length, width), dtype)
+            impulses = make(rng, (length, width), dtype, low=-1.0)
+            state = make(rng, (width,), dtype, low=-1.0)
+            runs.clear()
+            check(numpy, decays, impulses, state, method="parallel")
+            assert len(runs) > 2  # segments, and the carries of each
+            check(numpy, decays[:1], impulses, reverse=True, method="parallel")
+            check(numpy, decays.T, impulses.T, state, axis=1, method="parallel")
+            weights = make(rng, (length, width), dtype, low=-1.0)
+            h = cuscan.linear_recurrence(decays, impulses, state)
+            pieces = cuscan.linear_recurrence_vjp(weights, decays, h, state)
+            monkeypatch.setattr(_numpy_backend, "_CACHE_SEGMENT_BYTES", 2**62)
+            whole = cuscan.linear_recurrence_vjp(weights, decays, h, state)
+            monkeypatch.setattr(_numpy_backend, "_CACHE_SEGMENT_BYTES", 4096)
+            for got, want in zip(pieces, whole, strict=True):
+                np.testing.assert_allclose(got, want, rtol=0,
+                                           atol=tolerance(dtype, length) * np.abs(want).max())
+    decays, impulses = make(rng, (3000, 8), low=0.5), make(rng, (3000, 8), low=-1.0)
+    impulses[1234, 0], decays[1500, 1], impulses[700, 2] = np.nan, np.nan, np.inf
+    impulses[10, 3], impulses[2900, 3] = np.inf, -np.inf
+    check(numpy, decays, impulses, method="parallel")
+
+
 def test_numpy_doubling(monkeypatch):
     """Short scans take Hillis and Steele's scan: it gives the reference's results for
     lengths around the powers of two, an initial state, decays broadcast along time or
@@ -463,10 +509,13 @@ def test_numpy_doubling(monkeypatch):
     runs as the chunked scan's scan of its carries."""
     from cuscan import _numpy_backend
 
-    assert _numpy_backend._doubles(32, np.empty((0, 128)))  # 32 KiB
-    assert not _numpy_backend._doubles(32, np.empty((0, 129)))
+    assert _numpy_backend._doubles(32, np.empty((0, 32)))  # steps of 256 bytes
+    assert not _numpy_backend._doubles(32, np.empty((0, 33)))
+    assert _numpy_backend._doubles(8192, np.empty((0, 1)))  # 64 KiB
+    assert not _numpy_backend._doubles(8193, np.empty((0, 1)))
     assert not _numpy_backend._doubles(31, np.empty((0, 1)))
     monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_BYTES", 2**20)
+    monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_ROW", 2**20)
     ran = []
     doubling = _numpy_backend._doubling
 
