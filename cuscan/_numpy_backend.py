@@ -106,7 +106,7 @@ _MAX_DOUBLING_BYTES = 65536
 # result (at least _MIN_CACHE_SEGMENT steps), one after the other from the state the
 # last one left, so that its second pass finds the operands, and their copies, in
 # cache (benchmarks/numpy_cache.py).
-_CACHE_SEGMENT_BYTES = 2**22
+_CACHE_SEGMENT_BYTES = 2**21
 _MIN_CACHE_SEGMENT = 256
 
 
