@@ -22,11 +22,13 @@ xp = np
 # arrays of float32, float64, complex64 and complex128 by
 # benchmarks/numpy_methods.py: the crossover follows a step's bytes, whatever the
 # dtype. Narrow steps cost the serial loop mostly Python overhead, which chunking
-# saves; wide ones it streams through in fewer passes over memory.
-_MAX_PARALLEL_ROW = 3072
+# saves; wide ones it streams through in fewer passes over memory. Where the
+# crossover lies differs between machines: the limits are those whose worst choice
+# was least bad on the two machines measured.
+_MAX_PARALLEL_ROW = 2048
 _MIN_PARALLEL_LENGTH = 48
 _ROW_BYTES_PER_STEP = 16
-_MAX_LONG_PARALLEL_ROW = 4096
+_MAX_LONG_PARALLEL_ROW = 3072
 _MIN_LONG_PARALLEL_LENGTH = 1024
 # The chunked scan's vector length, in elements: _STEP_ELEMENTS for arrays of
 # fewer elements than _STEP_ELEMENTS_UP_TO, _LARGE_STEP_ELEMENTS for larger ones
@@ -375,7 +377,7 @@ def _doubling(a, x, h0, out) -> None:
     takes in the state s steps before it, ``h[t] += p[t] * h[t - s]``, where ``p[t]`` is
     the product of the s decays from t back, then doubles the span of ``p``. Channels
     whose result is not all finite are re-run serially, as in `_parallel`: a product
-    that overflows only on the way gives NaN or infinity in every state it reaches.
+    that overflows only on the way leaves NaN or infinity in the state it enters.
     """
     length = a.shape[0]
     h = np.array(np.broadcast_to(x, out.shape), out.dtype)
