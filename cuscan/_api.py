@@ -97,12 +97,17 @@ def linear_recurrence(
     algorithm), and each chunk is re-run from its carry. Within a chunk the
     arithmetic is exactly the serial recurrence's, so a decay of 0 resets the
     state and NaN or infinity propagates as it does serially; carries only
-    differ from the serial loop by rounding.
+    differ from the serial loop by rounding. On the CPU, short scans of narrow
+    steps take Hillis and Steele's scan [2]_ instead, re-running serially any
+    channel whose result is not finite, and long ones run over segments of
+    time that stay in cache (``docs/algorithm.md``).
 
     References
     ----------
     .. [1] E. Martin and C. Cundy, "Parallelizing Linear Recurrent Neural Nets
        Over Sequence Length", ICLR 2018.
+    .. [2] W. D. Hillis and G. L. Steele, "Data Parallel Algorithms",
+       Communications of the ACM 29(12), 1986.
 
     Examples
     --------
