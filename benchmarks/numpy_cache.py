@@ -9,8 +9,10 @@ left, the second pass finds them in cache. Times the forward scan and its
 vector-Jacobian product with segments of several sizes against the whole
 (alternated in one process, so a loaded machine slows all alike) over widths from
 one channel to 512, time-major and time-contiguous, in float32, float64, complex64
-and complex128; prints each size's time over the whole's. Writes
-results/numpy_cache.json.
+and complex128; prints each size's time over the whole's, and the most memory a call
+holds beyond its inputs, the result included (tracemalloc, which NumPy reports to),
+with the rule's segments and whole: the chunked scan's copies of narrow operands hold
+a segment each. Writes results/numpy_cache.json.
 
     python -m benchmarks.numpy_cache
 """
@@ -22,7 +24,7 @@ import functools
 import numpy as np
 
 import cuscan
-from benchmarks._common import alternated, environment, write
+from benchmarks._common import alternated, environment, peak_memories, write
 from cuscan import _numpy_backend
 
 # (T, channels, time axis): time-major (T, C) along axis 0, or time-contiguous (C, T)
@@ -39,8 +41,11 @@ def main() -> None:
     rows = []
     print(f"time over the whole's, by segment size (< 1: segments are faster); the rule uses "
           f"{_numpy_backend._CACHE_SEGMENT_BYTES / 2**20:g} MiB")
+    rule = _numpy_backend._CACHE_SEGMENT_BYTES
+    memory_settings = {"rule": rule, "whole": SIZES["whole"]}
     print(f"{'T':>8} {'C':>4} {'axis':>4} {'dtype':>10} {'':>7} {'whole ms':>9} "
-          + " ".join(f"{size:>6}" for size in SIZES if size != "whole"))
+          + " ".join(f"{size:>6}" for size in SIZES if size != "whole")
+          + "   MiB: rule, whole")
     for length, channels, axis in SHAPES:
         shape = (length, channels) if axis == 0 else (channels, length)
         for dtype in DTYPES:
@@ -55,17 +60,28 @@ def main() -> None:
                                               output, axis=axis))):
                 best = alternated(function, _numpy_backend, "_CACHE_SEGMENT_BYTES", SIZES,
                                   2 if length * channels >= 2**20 else 5)
+                memory = peak_memories(function, _numpy_backend, "_CACHE_SEGMENT_BYTES",
+                                       memory_settings)
                 rows.append({"length": length, "channels": channels, "axis": axis,
                              "dtype": dtype, "function": name,
-                             **{f"{size}_s": seconds for size, seconds in best.items()}})
+                             **{f"{size}_s": seconds for size, seconds in best.items()},
+                             "rule_bytes": memory["rule"], "whole_bytes": memory["whole"],
+                             "operand_bytes": impulses.nbytes})
                 print(f"{length:>8} {channels:>4} {axis:>4} {dtype:>10} {name:>7} "
                       f"{best['whole'] * 1e3:9.2f} "
                       + " ".join(f"{best[size] / best['whole']:6.2f}"
-                                 for size in SIZES if size != "whole"), flush=True)
-    rule = _numpy_backend._CACHE_SEGMENT_BYTES
+                                 for size in SIZES if size != "whole")
+                      + f" {memory['rule'] / 2**20:7.0f} {memory['whole'] / 2**20:7.0f}",
+                      flush=True)
     chosen = [r[f"{rule / 2**20:g} MiB_s"] / r["whole_s"] for r in rows]
     print(f"with the rule's {rule / 2**20:g} MiB: {min(chosen):.2f} to {max(chosen):.2f} of the"
           " whole's time")
+    for name in ("forward", "vjp"):
+        held = [(r["rule_bytes"] / r["operand_bytes"], r["whole_bytes"] / r["operand_bytes"])
+                for r in rows if r["function"] == name and r["length"] * r["channels"] >= 2**20]
+        print(f"{name} from 2^20 elements holds {min(h[0] for h in held):.2f} to "
+              f"{max(h[0] for h in held):.2f} operands' sizes beyond its inputs, whole "
+              f"{min(h[1] for h in held):.2f} to {max(h[1] for h in held):.2f}")
     path = write("numpy_cache", {"environment": environment(), "cache_segment_bytes": rule,
                                  "rows": rows})
     print(f"wrote {path}")
