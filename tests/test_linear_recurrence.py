@@ -456,6 +456,20 @@ def test_numpy_parallel_layouts(monkeypatch, layout):
     check(numpy, decays, impulses, method="parallel")
 
 
+def record_lengths(monkeypatch, module, name: str) -> list[int]:
+    """Patch ``module.<name>`` to record the length of its first argument at every call;
+    returns the list it appends to."""
+    lengths = []
+    original = getattr(module, name)
+
+    def spy(a, *args):
+        lengths.append(a.shape[0])
+        return original(a, *args)
+
+    monkeypatch.setattr(module, name, spy)
+    return lengths
+
+
 def test_numpy_cache_segments(monkeypatch):
     """The chunked scan runs over segments of time one after the other, each from the state
     the last one left: the reference's results for lengths the segments do not divide, an
@@ -467,14 +481,7 @@ def test_numpy_cache_segments(monkeypatch):
     monkeypatch.setattr(_numpy_backend, "_CACHE_SEGMENT_BYTES", 4096)
     monkeypatch.setattr(_numpy_backend, "_MIN_CACHE_SEGMENT", 64)
     monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_BYTES", -1)
-    runs = []
-    parallel = _numpy_backend._parallel
-
-    def spy(a, *args):
-        runs.append(a.shape[0])
-        parallel(a, *args)
-
-    monkeypatch.setattr(_numpy_backend, "_parallel", spy)
+    runs = record_lengths(monkeypatch, _numpy_backend, "_parallel")
     numpy = Backend("numpy")
     rng = np.random.default_rng(43)
     for length, width in ((1000, 1), (2003, 4), (777, 40)):
@@ -516,14 +523,7 @@ def test_numpy_doubling(monkeypatch):
     assert not _numpy_backend._doubles(31, np.empty((0, 1)))
     monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_BYTES", 2**20)
     monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_ROW", 2**20)
-    ran = []
-    doubling = _numpy_backend._doubling
-
-    def spy(a, *args):
-        ran.append(a.shape[0])
-        doubling(a, *args)
-
-    monkeypatch.setattr(_numpy_backend, "_doubling", spy)
+    ran = record_lengths(monkeypatch, _numpy_backend, "_doubling")
     numpy = Backend("numpy")
     rng = np.random.default_rng(41)
     for length, width in ((32, 1), (33, 5), (63, 2), (64, 1), (65, 3), (1023, 4), (4097, 2)):
