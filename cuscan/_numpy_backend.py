@@ -160,8 +160,14 @@ def _segments(operands, target, acc) -> list[tuple[int, int]] | None:
 
     if max(copied(v) for v in (*operands, target)) <= 2 * _SEGMENT_BYTES:
         return None
-    length, row = target.shape[0], math.prod(target.shape[1:]) * itemsize
-    step = max(_MIN_SCATTERED_LENGTH, _SEGMENT_BYTES // max(row, 1))
+    row = math.prod(target.shape[1:]) * itemsize
+    return _pieces(target.shape[0], row, _SEGMENT_BYTES, _MIN_SCATTERED_LENGTH)
+
+
+def _pieces(length: int, row: int, size: int, least: int) -> list[tuple[int, int]] | None:
+    """``length`` steps of ``row`` bytes cut (`_cut`) into segments of about ``size`` bytes,
+    at least ``least`` steps each; None where that makes fewer than two."""
+    step = max(least, size // max(row, 1))
     return _cut(length, step) if length >= 2 * step else None
 
 
@@ -356,13 +362,12 @@ def _in_cache(a, x, h0, out) -> None:
     """`_parallel` over segments of time of about _CACHE_SEGMENT_BYTES of ``out``, one after
     the other from the state the last one left, so that its second pass reads the
     operands from cache."""
-    length = a.shape[0]
     row = math.prod(out.shape[1:]) * out.itemsize
-    step = max(_MIN_CACHE_SEGMENT, _CACHE_SEGMENT_BYTES // max(row, 1))
-    if length < 2 * step:
+    pieces = _pieces(a.shape[0], row, _CACHE_SEGMENT_BYTES, _MIN_CACHE_SEGMENT)
+    if pieces is None:
         _parallel(a, x, h0, out)
         return
-    for start, stop in _cut(length, step):
+    for start, stop in pieces:
         _parallel(a[start:stop], x[start:stop], h0, out[start:stop])
         h0 = out[stop - 1]
 
