@@ -66,12 +66,13 @@ _MAX_COPY_BYTES = 2**29
 # rather than the whole operand.
 _SEGMENT_BYTES = 2**24
 # Copies between a time-major array and one that is not (a single channel's
-# chunks, (C, L) copied to (L, C) for the chunked scan and back; a result written
-# back into a time-contiguous output) go tile by tile, _TILE x _TILE over the
+# chunks, (C, L) copied to (L, C) for the chunked scan and back; time-contiguous
+# operands copied time-major and their results back) go tile by tile over the
 # first two axes: element by element, with both sides long, every element read
-# or written lands on a cache line and a page of its own
-# (benchmarks/numpy_tiles.py).
-_TILE = 512
+# or written lands on a cache line and a page of its own. A tile is square, of
+# about _TILE_BYTES, or as wide as the second axis and long enough to hold as
+# many bytes where that is narrower (benchmarks/numpy_tiles.py).
+_TILE_BYTES = 2**18
 # Arranging for NumPy's inner loop to run over more than the few channels of one
 # row (opaque rows in copies, a materialised row of time-invariant decays) costs
 # a few microseconds per array; it is done from _WHOLE_ROWS_FROM rows (time steps
@@ -276,7 +277,8 @@ def _operand(view, dtype, keep: bool = False):
         if stored.strides[0] < 0:  # in its layout, backwards in time too
             return np.broadcast_to(stored[::-1].astype(dtype)[::-1], view.shape)
         return np.broadcast_to(stored.astype(dtype), view.shape)
-    return np.broadcast_to(np.ascontiguousarray(_stored(view), dtype), view.shape)
+    stored = _stored(view)
+    return np.broadcast_to(_copy(np.empty(stored.shape, dtype), stored), view.shape)
 
 
 def _conj(view):
@@ -438,11 +440,21 @@ def _copy(dst, src):
         rows = _opaque_rows(dst), _opaque_rows(src)
         if rows[0] is not None and rows[1] is not None:
             dst, src = rows
-    for j in range(0, dst.shape[0], _TILE):
-        for i in range(0, dst.shape[1], _TILE):
-            np.copyto(dst[j:j + _TILE, i:i + _TILE], src[j:j + _TILE, i:i + _TILE],
+    rows, columns = _tile(dst.shape, dst.itemsize * math.prod(dst.shape[2:]))
+    for j in range(0, dst.shape[0], rows):
+        for i in range(0, dst.shape[1], columns):
+            np.copyto(dst[j:j + rows, i:i + columns], src[j:j + rows, i:i + columns],
                       casting="unsafe")
     return result
+
+
+def _tile(shape, itemsize: int, size: int | None = None) -> tuple[int, int]:
+    """The sides of `_copy`'s tiles over the first two axes of ``shape``, for elements
+    of ``itemsize`` bytes over them: tiles of about ``size`` bytes (_TILE_BYTES)."""
+    size = size or _TILE_BYTES
+    side = max(1, math.isqrt(size // max(itemsize, 1)))
+    columns = max(1, min(shape[1], side))
+    return max(side, size // (columns * max(itemsize, 1))), columns
 
 
 def _opaque_rows(view):

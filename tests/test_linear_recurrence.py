@@ -308,7 +308,8 @@ def test_numpy_time_contiguous(monkeypatch, layout):
 
     monkeypatch.setattr(_numpy_backend, "_MIN_SCATTERED_LENGTH",
                         1 if layout == "copies" else np.inf)
-    monkeypatch.setattr(_numpy_backend, "_TILE", 7)  # results copied back in many tiles
+    # Operands and results copied in many tiles
+    monkeypatch.setattr(_numpy_backend, "_TILE_BYTES", 7 * 7 * 4)
     numpy = Backend("numpy")
     rng = np.random.default_rng(37)
     for shape in ((40, 257), (3, 20, 1031)):
@@ -432,7 +433,7 @@ def test_numpy_parallel_layouts(monkeypatch, layout):
     from cuscan import _numpy_backend
 
     monkeypatch.setattr(_numpy_backend, "_MAX_STRIDED_ROW", np.inf if layout == "copies" else -1)
-    monkeypatch.setattr(_numpy_backend, "_TILE", 5)
+    monkeypatch.setattr(_numpy_backend, "_TILE_BYTES", 5 * 5 * 8)
     # Chunks for large arrays from 50,000 elements: (4099, 40) and (65537, 2) take them.
     monkeypatch.setattr(_numpy_backend, "_STEP_ELEMENTS_UP_TO", 50_000)
     monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_BYTES", -1)  # chunks at every size
