@@ -26,8 +26,10 @@ LENGTHS = [32, 48, 64, 96, 128, 192, 256, 1024, 4096, 16384]
 WIDTHS = [1, 16, 64, 128, 192, 256, 384, 512, 768, 1024, 2048]
 DOUBLING_LENGTHS = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 DOUBLING_WIDTHS = [1, 2, 4, 8, 16, 32, 64, 256]
-SCATTERED_CHANNELS = [2, 8, 16, 32, 128, 512, 1000, 2048]
-SCATTERED_LENGTHS = [64, 256, 1000, 4096, 10000, 65536, 100000, 2**20]
+SCATTERED_CHANNELS = [2, 8, 12, 16, 24, 32, 64, 128, 192, 256, 384, 512, 768, 1000, 1500,
+                      2048, 4096]
+SCATTERED_LENGTHS = [64, 256, 300, 700, 1000, 2048, 3000, 4096, 10000, 32768, 65536, 100000,
+                     2**20]
 LAYOUT_SHAPES = [(1024, 1), (65536, 1), (2**22, 1), (1024, 4), (65536, 4), (1024, 16),
                  (65536, 16), (2**20, 16), (1024, 32), (65536, 32), (1024, 64), (65536, 64),
                  (8192, 256), (65536, 256), (4096, 1024)]
@@ -59,7 +61,7 @@ def crossovers(rng) -> list[dict]:
                             lambda m=method, a=a, x=x: cuscan.linear_recurrence(a, x, method=m),
                             calls))
                 chosen = (_numpy_backend._doubles(length, x)
-                          or _numpy_backend._parallel_wins(length, x))
+                          or _numpy_backend._parallel_wins(length, _numpy_backend._row(x)))
                 rows.append({"length": length, "width": width, "dtype": np.dtype(dtype).name,
                              "chosen": "parallel" if chosen else "serial",
                              **{f"{m}_s": t for m, t in times.items()}})
@@ -142,32 +144,27 @@ def scattered(rng) -> list[dict]:
     rows = []
     print("\ntime-major copies / as they are, (C, T) along axis -1, auto method; < 1 means"
           " copies are faster; * marks the rule's choice of copies")
-    dtypes = (np.float32, np.float64, np.complex128)
+    dtypes = (np.float32, np.float64, np.complex64, np.complex128)
     print(f"{'C':>5} {'T':>8} " + " ".join(f"{np.dtype(d).name:>10}" for d in dtypes))
-    rule = _numpy_backend._scattered
-    try:
-        for channels in SCATTERED_CHANNELS:
-            for length in SCATTERED_LENGTHS:
-                if not 2**15 <= channels * length <= 2**22:
-                    continue
-                cells = []
-                for dtype in dtypes:
-                    x = rng.standard_normal((channels, length)).astype(dtype)
-                    a = rng.uniform(0, 1, (channels, length)).astype(dtype)
-                    chosen = rule(np.moveaxis(x, -1, 0), dtype)
-                    times = {}
-                    for layout, copy in (("copies", True), ("views", False)):
-                        _numpy_backend._scattered = lambda view, dtype, copy=copy: copy
-                        times[layout] = best_time(
-                            lambda a=a, x=x: cuscan.linear_recurrence(a, x, axis=-1), 5)
-                    rows.append({"channels": channels, "length": length,
-                                 "dtype": np.dtype(dtype).name, "chosen": bool(chosen),
-                                 "copies_s": times["copies"], "views_s": times["views"]})
-                    cells.append(f"{times['copies'] / times['views']:.2f}"
-                                 f"{'*' if chosen else ' '}")
-                print(f"{channels:>5} {length:>8} " + " ".join(f"{c:>10}" for c in cells))
-    finally:
-        _numpy_backend._scattered = rule
+    layouts = {"copies": lambda view, dtype: True, "views": lambda view, dtype: False}
+    for channels in SCATTERED_CHANNELS:
+        for length in SCATTERED_LENGTHS:
+            if not 2**15 <= channels * length <= 2**22:
+                continue
+            cells = []
+            for dtype in dtypes:
+                x = rng.standard_normal((channels, length)).astype(dtype)
+                a = rng.uniform(0, 1, (channels, length)).astype(dtype)
+                chosen = _numpy_backend._scattered(np.moveaxis(x, -1, 0), dtype)
+                times = alternated(lambda a=a, x=x: cuscan.linear_recurrence(a, x, axis=-1),
+                                   _numpy_backend, "_scattered", layouts, 3, 2)
+                rows.append({"channels": channels, "length": length,
+                             "dtype": np.dtype(dtype).name, "chosen": bool(chosen),
+                             "copies_s": times["copies"], "views_s": times["views"]})
+                cells.append(f"{times['copies'] / times['views']:.2f}"
+                             f"{'*' if chosen else ' '}")
+            print(f"{channels:>5} {length:>8} " + " ".join(f"{c:>10}" for c in cells),
+                  flush=True)
     return rows
 
 

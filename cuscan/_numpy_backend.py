@@ -42,22 +42,23 @@ _MAX_STRIDED_ROW = 128
 # An operand whose time step has its elements a cache line or more apart (a
 # time-contiguous layout, such as (C, T) along axis -1) touches a line per
 # element at every step. The scan runs on time-major copies instead where that
-# is faster (measured by benchmarks/numpy_methods.py: 1.2x to 4x faster on its
-# grid where this rule chooses copies, copies elsewhere up to 2.3x slower; on a
-# second machine 0.23 to 1.09 of the time where chosen, and 0.17 to 1.94
-# elsewhere, faster for 1,000 and 2,048 channels of 1,000 steps):
-# at least _MIN_SCATTERED_LENGTH steps wider than _MAX_STRIDED_ROW bytes
-# (narrower ones the chunked scan copies anyway), of fewer than
-# _MAX_SCATTERED_WIDTH elements or a stride that is a multiple of
-# _ALIASING_STRIDE bytes, whose lines crowd into few cache sets. Wide steps
-# with other strides stay in cache as they are.
+# is faster (measured by benchmarks/numpy_methods.py): at least
+# _MIN_SCATTERED_LENGTH steps wider than _MAX_STRIDED_ROW bytes (narrower ones
+# the chunked scan copies anyway). The chunked scan reads every step twice, and
+# NumPy's strided loops are slow on small elements: only where "auto" scans
+# serially, elements of at least _MIN_VIEW_ITEMSIZE bytes whose lines spread
+# over the cache sets (a stride that is not a multiple of _ALIASING_STRIDE
+# bytes) and over at most _MAX_VIEW_PAGES pages of _PAGE bytes a step stay as
+# they are: there, copies took up to 2.4x the time.
 # The copies are made a segment of time at a time (_SEGMENT_BYTES), whatever the
 # operand's size; a copy of a whole signal (cuscan.signal's, for a framework's
 # tensors) is made up to _MAX_COPY_BYTES.
 _CACHE_LINE = 64
 _MIN_SCATTERED_LENGTH = 256
-_MAX_SCATTERED_WIDTH = 512
+_MIN_VIEW_ITEMSIZE = 8
 _ALIASING_STRIDE = 1024
+_PAGE = 4096
+_MAX_VIEW_PAGES = 512
 _MAX_COPY_BYTES = 2**29
 # Where an operand or the result would be copied (time-major, or to the accumulator's
 # dtype) and the copy would exceed twice _SEGMENT_BYTES, the scan runs over segments of
@@ -185,8 +186,8 @@ def _method(method: str, target, acc) -> str:
     """``method``, "auto" resolved for the whole scan (not for each segment)."""
     if method != "auto":
         return method
-    work = np.empty((0, *target.shape[1:]), acc)
-    return "parallel" if _parallel_wins(target.shape[0], work) else "serial"
+    row = math.prod(target.shape[1:]) * np.dtype(acc).itemsize
+    return "parallel" if _parallel_wins(target.shape[0], row) else "serial"
 
 
 @_quiet
@@ -257,14 +258,20 @@ def _scattered_layout(shape, strides, dtype, most: float = math.inf) -> bool:
     at most ``most`` bytes in ``dtype``."""
     if shape[0] < _MIN_SCATTERED_LENGTH:
         return False
-    strides = [abs(stride) for size, stride in zip(shape[1:], strides[1:], strict=True)
-               if size > 1 and stride]
-    if not strides or min(strides) < _CACHE_LINE:
+    axes = [(size, abs(stride)) for size, stride in zip(shape[1:], strides[1:], strict=True)
+            if size > 1 and stride]
+    stride = min((stride for _, stride in axes), default=0)
+    if stride < _CACHE_LINE:
         return False
-    width, itemsize = math.prod(shape[1:]), np.dtype(dtype).itemsize
-    row = width * itemsize
-    return (row > _MAX_STRIDED_ROW and shape[0] * row <= most and (
-        width < _MAX_SCATTERED_WIDTH or min(strides) % _ALIASING_STRIDE == 0))
+    itemsize = np.dtype(dtype).itemsize
+    row = math.prod(shape[1:]) * itemsize
+    if row <= _MAX_STRIDED_ROW or shape[0] * row > most:
+        return False
+    # The pages one step of the operand touches: one per element, or its whole span.
+    span = sum((size - 1) * stride for size, stride in axes) + itemsize
+    pages = min(math.prod(size for size, _ in axes), span / _PAGE)
+    return (itemsize < _MIN_VIEW_ITEMSIZE or _parallel_wins(shape[0], row)
+            or stride % _ALIASING_STRIDE == 0 or pages > _MAX_VIEW_PAGES)
 
 
 def _operand(view, dtype, keep: bool = False):
@@ -319,7 +326,8 @@ def scan(a, x, h0, out, method: str) -> None:
     blocked = method != "serial" and _blocked_layout(a, x, out)
     doubling = method != "serial" and _doubles(length, out)
     if method == "auto":
-        method = "parallel" if blocked or doubling or _parallel_wins(length, out) else "serial"
+        parallel = blocked or doubling or _parallel_wins(length, _row(out))
+        method = "parallel" if parallel else "serial"
     if method == "serial" or length < 4:
         _serial(a, x, h0, out)
     elif blocked and _blocked(a, x, h0, out):
@@ -353,8 +361,13 @@ def _block_length(length: int, itemsize: int, matrices: int) -> int:
     return block
 
 
-def _parallel_wins(length: int, out) -> bool:
-    row = math.prod(out.shape[1:]) * out.itemsize
+def _row(view) -> int:
+    """The bytes of a step of the time-first ``view``."""
+    return math.prod(view.shape[1:]) * view.itemsize
+
+
+def _parallel_wins(length: int, row: int) -> bool:
+    """Whether "auto" scans ``length`` steps of ``row`` bytes with the chunked scan."""
     if row <= _MAX_PARALLEL_ROW:
         return length >= max(_MIN_PARALLEL_LENGTH, row // _ROW_BYTES_PER_STEP)
     return row <= _MAX_LONG_PARALLEL_ROW and length >= _MIN_LONG_PARALLEL_LENGTH
@@ -364,8 +377,7 @@ def _in_cache(a, x, h0, out) -> None:
     """`_parallel` over segments of time of about _CACHE_SEGMENT_BYTES of ``out``, one after
     the other from the state the last one left, so that its second pass reads the
     operands from cache."""
-    row = math.prod(out.shape[1:]) * out.itemsize
-    pieces = _pieces(a.shape[0], row, _CACHE_SEGMENT_BYTES, _MIN_CACHE_SEGMENT)
+    pieces = _pieces(a.shape[0], _row(out), _CACHE_SEGMENT_BYTES, _MIN_CACHE_SEGMENT)
     if pieces is None:
         _parallel(a, x, h0, out)
         return
@@ -376,7 +388,7 @@ def _in_cache(a, x, h0, out) -> None:
 
 def _doubles(length: int, out) -> bool:
     """Whether `_doubling` pays for ``length`` steps of ``out``'s size."""
-    row = math.prod(out.shape[1:]) * out.itemsize
+    row = _row(out)
     return (length >= _MIN_DOUBLING_LENGTH and row <= _MAX_DOUBLING_ROW
             and length * row <= _MAX_DOUBLING_BYTES)
 
@@ -590,7 +602,7 @@ def _parallel(a, x, h0, out) -> None:
         # NumPy's inner loop run over the channels alone, a few elements at a
         # time. (A single decay for all channels is a scalar to NumPy: fast.)
         ac = np.broadcast_to(np.ascontiguousarray(ac[0]), ac.shape)
-    compact = math.prod(out.shape[1:]) * out.itemsize <= _MAX_STRIDED_ROW
+    compact = _row(out) <= _MAX_STRIDED_ROW
     if compact:
         # Narrow rows make those steps strided, elements far apart: with the
         # copies' cost included, contiguous copies take 0.5 to 0.8 of the time.

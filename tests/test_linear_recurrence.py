@@ -341,9 +341,9 @@ def test_numpy_time_contiguous(monkeypatch, layout):
 
 def test_numpy_time_major_rule(monkeypatch):
     """Which time-first views the NumPy backend copies time-major: long, wide and
-    time-contiguous ones, with fewer than 512 elements a step or aliasing strides, of
-    any size (a segment at a time); a whole copy (cuscan.signal's) not over the memory
-    bound."""
+    time-contiguous ones, but for steps scanned serially of elements of 8 bytes or more,
+    on few pages and strides that spread over the cache; of any size (a segment at a
+    time); a whole copy (cuscan.signal's) not over the memory bound."""
     from cuscan import _numpy_backend
 
     def copied(shape, dtype=np.float32, axis=-1, view=lambda v: v):
@@ -352,8 +352,18 @@ def test_numpy_time_major_rule(monkeypatch):
 
     assert copied((64, 1000))
     assert copied((8, 8, 1000))
-    assert copied((1000, 4096))  # aliasing: rows a multiple of 1024 bytes
-    assert not copied((1000, 1000))  # wide, with rows that spread over the cache
+    assert copied((1000, 1000))
+    # Steps of 3 KiB, scanned serially below 1,024 steps, on 384 pages
+    assert not copied((384, 1000), np.float64)
+    assert not copied((384, 1000, 2), np.float64, axis=1)  # pairs of elements
+    assert copied((384, 1000))  # float32
+    assert copied((384, 1024), np.float64)  # aliasing: rows a multiple of 1024 bytes
+    assert copied((384, 2000), np.float64)  # the chunked scan
+    assert copied((768, 1000), np.float64)  # on 768 pages
+    assert copied((3, 256, 1000), np.float64)  # on 768 pages
+    assert not copied((800, 300), np.float64)  # elements 2,400 bytes apart: 469 pages
+    assert copied((1000, 300), np.float64)  # 586 pages
+    assert not copied((256, 1000), np.complex128)
     assert not copied((1000, 64), axis=0)  # time-major already
     assert not copied((8, 1000, 64), axis=1)  # contiguous within each step
     assert not copied((16, 1000))  # steps of 64 bytes: the chunked scan copies those
