@@ -44,7 +44,8 @@ _MAX_STRIDED_ROW = 128
 # element at every step. The scan runs on time-major copies instead where that
 # is faster (measured by benchmarks/numpy_methods.py): at least
 # _MIN_SCATTERED_LENGTH steps wider than _MAX_STRIDED_ROW bytes (narrower ones
-# the chunked scan copies anyway). The chunked scan reads every step twice, and
+# the chunked scan copies anyway), or from _MIN_WIDE_SCATTERED_LENGTH steps of at
+# least _MIN_WIDE_STEP elements. The chunked scan reads every step twice, and
 # NumPy's strided loops are slow on small elements: only where "auto" scans
 # serially, elements of at least _MIN_VIEW_ITEMSIZE bytes whose lines spread
 # over the cache sets (a stride that is not a multiple of _ALIASING_STRIDE
@@ -55,6 +56,8 @@ _MAX_STRIDED_ROW = 128
 # tensors) is made up to _MAX_COPY_BYTES.
 _CACHE_LINE = 64
 _MIN_SCATTERED_LENGTH = 256
+_MIN_WIDE_SCATTERED_LENGTH = 64
+_MIN_WIDE_STEP = 2048
 _MIN_VIEW_ITEMSIZE = 8
 _ALIASING_STRIDE = 1024
 _PAGE = 4096
@@ -256,21 +259,22 @@ def _scattered_layout(shape, strides, dtype, most: float = math.inf) -> bool:
     """`_scattered` for a time-first layout given by its ``shape`` and byte ``strides``,
     which need not be a NumPy array's (cuscan.signal asks it of framework tensors), of
     at most ``most`` bytes in ``dtype``."""
-    if shape[0] < _MIN_SCATTERED_LENGTH:
-        return False
+    length = shape[0]
     axes = [(size, abs(stride)) for size, stride in zip(shape[1:], strides[1:], strict=True)
             if size > 1 and stride]
     stride = min((stride for _, stride in axes), default=0)
-    if stride < _CACHE_LINE:
-        return False
     itemsize = np.dtype(dtype).itemsize
     row = math.prod(shape[1:]) * itemsize
-    if row <= _MAX_STRIDED_ROW or shape[0] * row > most:
+    if (length < _MIN_WIDE_SCATTERED_LENGTH or stride < _CACHE_LINE
+            or row <= _MAX_STRIDED_ROW or length * row > most):
         return False
+    touched = math.prod(size for size, _ in axes)  # elements a step, broadcast aside
+    if length < _MIN_SCATTERED_LENGTH:
+        return touched >= _MIN_WIDE_STEP
     # The pages one step of the operand touches: one per element, or its whole span.
     span = sum((size - 1) * stride for size, stride in axes) + itemsize
-    pages = min(math.prod(size for size, _ in axes), span / _PAGE)
-    return (itemsize < _MIN_VIEW_ITEMSIZE or _parallel_wins(shape[0], row)
+    pages = min(touched, span / _PAGE)
+    return (itemsize < _MIN_VIEW_ITEMSIZE or _parallel_wins(length, row)
             or stride % _ALIASING_STRIDE == 0 or pages > _MAX_VIEW_PAGES)
 
 
