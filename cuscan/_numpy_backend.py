@@ -44,8 +44,8 @@ _MAX_STRIDED_ROW = 128
 # element at every step. The scan runs on time-major copies instead where that
 # is faster (measured by benchmarks/numpy_methods.py): at least
 # _MIN_SCATTERED_LENGTH steps wider than _MAX_STRIDED_ROW bytes (narrower ones
-# the chunked scan copies anyway), or from _MIN_WIDE_SCATTERED_LENGTH steps of at
-# least _MIN_WIDE_STEP elements. The chunked scan reads every step twice, and
+# the chunked scan copies anyway), or from _MIN_SHORT_SCATTERED_LENGTH steps where
+# they hold _MIN_SHORT_SCATTERED_ELEMENTS. The chunked scan reads every step twice, and
 # NumPy's strided loops are slow on small elements: only where "auto" scans
 # serially, elements of at least _MIN_VIEW_ITEMSIZE bytes whose lines spread
 # over the cache sets (a stride that is not a multiple of _ALIASING_STRIDE
@@ -56,8 +56,8 @@ _MAX_STRIDED_ROW = 128
 # tensors) is made up to _MAX_COPY_BYTES.
 _CACHE_LINE = 64
 _MIN_SCATTERED_LENGTH = 256
-_MIN_WIDE_SCATTERED_LENGTH = 64
-_MIN_WIDE_STEP = 2048
+_MIN_SHORT_SCATTERED_LENGTH = 32
+_MIN_SHORT_SCATTERED_ELEMENTS = 2**15
 _MIN_VIEW_ITEMSIZE = 8
 _ALIASING_STRIDE = 1024
 _PAGE = 4096
@@ -265,12 +265,12 @@ def _scattered_layout(shape, strides, dtype, most: float = math.inf) -> bool:
     stride = min((stride for _, stride in axes), default=0)
     itemsize = np.dtype(dtype).itemsize
     row = math.prod(shape[1:]) * itemsize
-    if (length < _MIN_WIDE_SCATTERED_LENGTH or stride < _CACHE_LINE
+    if (length < _MIN_SHORT_SCATTERED_LENGTH or stride < _CACHE_LINE
             or row <= _MAX_STRIDED_ROW or length * row > most):
         return False
     touched = math.prod(size for size, _ in axes)  # elements a step, broadcast aside
     if length < _MIN_SCATTERED_LENGTH:
-        return touched >= _MIN_WIDE_STEP
+        return length * touched >= _MIN_SHORT_SCATTERED_ELEMENTS
     # The pages one step of the operand touches: one per element, or its whole span.
     span = sum((size - 1) * stride for size, stride in axes) + itemsize
     pages = min(touched, span / _PAGE)

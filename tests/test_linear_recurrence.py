@@ -342,8 +342,8 @@ def test_numpy_time_contiguous(monkeypatch, layout):
 def test_numpy_time_major_rule(monkeypatch):
     """Which time-first views the NumPy backend copies time-major: long, wide and
     time-contiguous ones, but for steps scanned serially of elements of 8 bytes or more,
-    on few pages and strides that spread over the cache; shorter ones from 64 steps of
-    2,048 elements; of any size (a segment at a time); a whole copy (cuscan.signal's)
+    on few pages and strides that spread over the cache; shorter ones from 32 steps
+    and 2^15 elements; of any size (a segment at a time); a whole copy (cuscan.signal's)
     not over the memory bound."""
     from cuscan import _numpy_backend
 
@@ -370,13 +370,13 @@ def test_numpy_time_major_rule(monkeypatch):
     assert not copied((16, 1000))  # steps of 64 bytes: the chunked scan copies those
     assert copied((16, 1000), np.complex128)
     assert not copied((64, 255))  # short
-    assert copied((2048, 64), np.float64)
-    assert copied((8, 256, 64), np.complex128)
-    assert not copied((2047, 64), np.float64)
-    assert not copied((2048, 63), np.float64)
-    # 2,048 elements a step, but 1,024 of them broadcast
-    assert not copied((2, 1024, 64), view=lambda v: np.broadcast_to(v[:1], v.shape))
-    assert copied((2, 1024, 64))
+    assert copied((1024, 32), np.float64)
+    assert copied((8, 32, 128), np.complex128)
+    assert not copied((1023, 32), np.float64)
+    assert not copied((2048, 31), np.float64)
+    # 512 elements a step, but 256 of them broadcast
+    assert not copied((2, 256, 64), view=lambda v: np.broadcast_to(v[:1], v.shape))
+    assert copied((2, 256, 64))
     assert not copied((64, 1000), view=lambda v: v[:, :1])  # time-invariant
     assert not copied((1, 1000), view=lambda v: np.broadcast_to(v, (64, 1000)))
     monkeypatch.setattr(_numpy_backend, "_MAX_COPY_BYTES", 64 * 1000 * 4 - 1)
