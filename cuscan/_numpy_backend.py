@@ -260,13 +260,14 @@ def _scattered_layout(shape, strides, dtype, most: float = math.inf) -> bool:
     which need not be a NumPy array's (cuscan.signal asks it of framework tensors), of
     at most ``most`` bytes in ``dtype``."""
     length = shape[0]
+    if length < _MIN_SHORT_SCATTERED_LENGTH:
+        return False
     axes = [(size, abs(stride)) for size, stride in zip(shape[1:], strides[1:], strict=True)
             if size > 1 and stride]
     stride = min((stride for _, stride in axes), default=0)
     itemsize = np.dtype(dtype).itemsize
     row = math.prod(shape[1:]) * itemsize
-    if (length < _MIN_SHORT_SCATTERED_LENGTH or stride < _CACHE_LINE
-            or row <= _MAX_STRIDED_ROW or length * row > most):
+    if stride < _CACHE_LINE or row <= _MAX_STRIDED_ROW or length * row > most:
         return False
     touched = math.prod(size for size, _ in axes)  # elements a step, broadcast aside
     if length < _MIN_SCATTERED_LENGTH:
