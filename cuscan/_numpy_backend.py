@@ -262,6 +262,8 @@ def _scattered_layout(shape, strides, dtype, most: float = math.inf) -> bool:
     length = shape[0]
     if length < _MIN_SHORT_SCATTERED_LENGTH:
         return False
+    if shape[-1] > 1 and 0 < abs(strides[-1]) < _CACHE_LINE:  # the usual case, at once
+        return False
     axes = [(size, abs(stride)) for size, stride in zip(shape[1:], strides[1:], strict=True)
             if size > 1 and stride]
     stride = min((stride for _, stride in axes), default=0)
