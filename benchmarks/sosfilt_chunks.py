@@ -10,8 +10,9 @@ and 128 on the larger shapes; prints chunks / without and each time beside
 `scipy.signal.sosfilt`'s; and (T, C) signals along axis 0, whose steps the cascade
 copies to adjacent samples and back (a single section over more than
 `_MAX_APART_WIDTH` channels runs without: its time-major recurrences are faster);
-and for such signals of more than twice `_SEGMENT_ELEMENTS` samples, `sosfilt` and
-`sosfiltfilt` a segment of time at a time against the whole signal copied at once:
+and for such signals of more than twice `_SEGMENT_ELEMENTS` samples, and a single
+channel's strided view, `sosfilt` and `sosfiltfilt` a segment of time at a time
+against the whole signal copied at once:
 time, and the most memory a call holds beyond its input (tracemalloc, which NumPy
 reports to), beside SciPy's. Writes results/sosfilt_chunks.json.
 
@@ -36,18 +37,20 @@ ORDERS = (2, 8, 16)
 LENGTHS = (32, 64, 128)
 APART = [(156_250, 64), (10**6, 4), (10**6, 2), (100_000, 3), (4096, 16), (2048, 512),
          (512, 2048)]
-SEGMENTED = [(10**6, 64), (10**6, 16), (200_000, 8, 8), (10**7, 2)]
+# (T, C) along axis 0; (T,): every other sample of a signal of 2T
+SEGMENTED = [(10**6, 64), (10**6, 16), (200_000, 8, 8), (10**7, 2), (10**7,)]
 
 
 def segments(rng) -> list:
-    """(T, C) signals along axis 0 in segments of time, and copied whole."""
+    """(T, C) signals along axis 0, and strided single channels, in segments of time,
+    and copied whole."""
     rows = []
     sos = scipy.signal.butter(8, 0.05, output="sos")
     settings = {"segments": _chunks._SEGMENT_ELEMENTS, "whole": math.inf}
-    print("\n(T, C) along axis 0, order 8: segments / whole, segments / scipy; "
-          "memory beyond the input (MiB): segments, whole, scipy")
+    print("\n(T, C) along axis 0 or (T,) strided, order 8: segments / whole, segments / scipy;"
+          " memory beyond the input (MiB): segments, whole, scipy")
     for shape in SEGMENTED:
-        x = rng.standard_normal(shape)
+        x = rng.standard_normal(shape) if len(shape) > 1 else rng.standard_normal(2 * shape[0])[::2]
         for name, ours, theirs in (("sosfilt", signal.sosfilt, scipy.signal.sosfilt),
                                    ("sosfiltfilt", signal.sosfiltfilt,
                                     scipy.signal.sosfiltfilt)):

@@ -163,11 +163,12 @@ def test_sosfilt_chunks(chunk_runs):
 
 
 def test_chunks_in_segments(monkeypatch, chunk_runs):
-    """Signals whose steps lie apart ((T, C) along axis 0, reversed views) are filtered a
-    segment of time at a time, each from the state the last one left (backward in time
-    for the second pass of the zero-phase filters), with the results of the whole: from
-    rest and from zi (zf), lengths the segments do not divide; a non-finite sample in a
-    later segment sends the whole signal to the recurrences."""
+    """Signals whose steps lie apart ((T, C) along axis 0, reversed views, strided or
+    reversed views of one channel) are filtered a segment of time at a time, each from the
+    state the last one left (backward in time for the second pass of the zero-phase
+    filters), with the results of the whole: from rest and from zi (zf), lengths the
+    segments do not divide; a non-finite sample in a later segment sends the whole signal
+    to the recurrences."""
     from cuscan.signal import _chunks
 
     monkeypatch.setattr(_chunks, "_SEGMENT_ELEMENTS", 600)
@@ -175,10 +176,13 @@ def test_chunks_in_segments(monkeypatch, chunk_runs):
     ran = chunk_runs
     rng = np.random.default_rng(28)
     sos, (b, a) = ss.ellip(6, 1, 50, 0.1, output="sos"), ss.cheby1(3, 1, 0.2)
-    for shape, axis in (((1000, 3), 0), ((2, 1500, 2), 1), ((701, 2, 2), 0)):
+    for shape, axis in (((1000, 3), 0), ((2, 1500, 2), 1), ((701, 2, 2), 0), ((3001,), 0)):
         for flip in (False, True):
             x = rng.standard_normal(shape)
-            x = np.flip(x, 1 - axis if flip and axis == 0 else axis) if flip else x
+            if x.ndim == 1:  # one channel: strided, or reversed
+                x = x[::-1][:1999] if flip else x[::2]
+            else:
+                x = np.flip(x, 1 - axis if flip and axis == 0 else axis) if flip else x
             zi = rng.standard_normal((sos.shape[0], *x.shape[:axis], 2, *x.shape[axis + 1:]))
             zi_ba = rng.standard_normal((*x.shape[:axis], 3, *x.shape[axis + 1:]))
             for result, expected in (

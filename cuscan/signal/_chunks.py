@@ -56,7 +56,8 @@ _MIN_LENGTH = 128
 # apart (such as (T, C) along axis 0) runs faster as its own recurrences over
 # time-major steps than copied (benchmarks/sosfilt_chunks.py).
 _MAX_APART_WIDTH = 64
-# A signal whose steps lie apart, of more than twice _SEGMENT_ELEMENTS samples, is
+# A signal whose steps lie apart (a strided or reversed view of one channel too), of
+# more than twice _SEGMENT_ELEMENTS samples, is
 # copied to adjacent samples, filtered and copied back a segment of time of about
 # _SEGMENT_ELEMENTS samples (all channels) at a time, each from the state the last one
 # left: the copies take a segment's memory rather than twice the signal's.
@@ -330,12 +331,11 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
         size = min(size, _PAIR_CHUNK)
     signal = _moved(x, axis, -1)
     apart = signal.strides[-1] != signal.itemsize
-    pieces = _segments(signal.shape, size) if apart and signal.ndim > 1 else []
+    pieces = _segments(signal.shape, size) if apart else []
     if pieces:
         return _in_segments(sections, x, axis, zi, reverse, out, keep_state, pieces)
     if apart:  # steps apart, or reversed (filtfilt's second pass): copied in tiles
-        signal = _numpy_backend._copy(np.empty(signal.shape), signal) if signal.ndim > 1 \
-            else np.ascontiguousarray(signal)
+        signal = _place(np.empty(signal.shape), signal)
     batch, length = signal.shape[:-1], signal.shape[-1]
     rows = math.prod(batch)
     signal = signal.reshape(rows, length)
@@ -387,11 +387,7 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     else:
         y = _moved(y.reshape(*batch, length), -1, axis)
         if out is not None:
-            if y.ndim > 1:
-                _numpy_backend._copy(out, y)
-            else:
-                out[...] = y
-            y = out
+            y = _place(out, y)
         elif apart and not y.flags.c_contiguous:  # back in row-major order
             y = _numpy_backend._copy(np.empty(y.shape), y)
     if zi is None and not keep_state:
@@ -401,6 +397,14 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     zf = np.stack([state[:, s.offset:s.offset + s.width] @ final
                    for s, final in zip(sections, m.final, strict=True)])
     return y, _moved(zf.reshape(count, *batch, zf.shape[-1]), -1, 1 + axis)
+
+
+def _place(dst: np.ndarray, src: np.ndarray) -> np.ndarray:
+    """``dst[...] = src``, in tiles where both have two axes or more; returns ``dst``."""
+    if dst.ndim > 1:
+        return _numpy_backend._copy(dst, src)
+    np.copyto(dst, src)
+    return dst
 
 
 def _segments(shape: tuple, size: int) -> list[tuple[int, int]]:
@@ -430,11 +434,10 @@ def _in_segments(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
         if reverse:
             piece, into = np.flip(piece, -1), np.flip(into, -1)
         copy, result = buffers[..., :stop - start]
-        done = cascade(sections, _numpy_backend._copy(copy, piece), last, state, out=result,
-                       keep_state=True)
+        done = cascade(sections, _place(copy, piece), last, state, out=result, keep_state=True)
         if not done:
             return None
-        _numpy_backend._copy(into, result)
+        _place(into, result)
         state = done[1]
     if zi is None and not keep_state:
         return y, None
