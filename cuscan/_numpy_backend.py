@@ -44,13 +44,13 @@ _MAX_STRIDED_ROW = 128
 # element at every step. The scan runs on time-major copies instead where that
 # is faster (measured by benchmarks/numpy_methods.py): at least
 # _MIN_SCATTERED_LENGTH steps wider than _MAX_STRIDED_ROW bytes (narrower ones
-# the chunked scan copies anyway), or from _MIN_SHORT_SCATTERED_LENGTH steps where
-# they hold _MIN_SHORT_SCATTERED_ELEMENTS. The chunked scan reads every step twice, and
-# NumPy's strided loops are slow on small elements: only where "auto" scans
-# serially, elements of at least _MIN_VIEW_ITEMSIZE bytes whose lines spread
-# over the cache sets (a stride that is not a multiple of _ALIASING_STRIDE
-# bytes) and over at most _MAX_VIEW_PAGES pages of _PAGE bytes a step stay as
-# they are: there, copies took up to 2.4x the time.
+# the chunked scan copies anyway), or from _MIN_SHORT_SCATTERED_LENGTH steps
+# where the operand holds _MIN_SHORT_SCATTERED_ELEMENTS. The chunked scan reads
+# every step twice, and NumPy's strided loops are slow on small elements: only
+# where "auto" scans serially, elements of at least _MIN_VIEW_ITEMSIZE bytes
+# whose lines spread over the cache sets (a stride that is not a multiple of
+# _ALIASING_STRIDE bytes) and over at most _MAX_VIEW_PAGES pages of _PAGE bytes
+# a step stay as they are: there, copies took up to 2.3x the time.
 # The copies are made a segment of time at a time (_SEGMENT_BYTES), whatever the
 # operand's size; a copy of a whole signal (cuscan.signal's, for a framework's
 # tensors) is made up to _MAX_COPY_BYTES.

@@ -57,10 +57,10 @@ _MIN_LENGTH = 128
 # time-major steps than copied (benchmarks/sosfilt_chunks.py).
 _MAX_APART_WIDTH = 64
 # A signal whose steps lie apart (a strided or reversed view of one channel too), of
-# more than twice _SEGMENT_ELEMENTS samples, is
-# copied to adjacent samples, filtered and copied back a segment of time of about
-# _SEGMENT_ELEMENTS samples (all channels) at a time, each from the state the last one
-# left: the copies take a segment's memory rather than twice the signal's.
+# more than twice _SEGMENT_ELEMENTS samples, is copied to adjacent samples, filtered
+# and copied back a segment of time of about _SEGMENT_ELEMENTS samples (all channels)
+# at a time, each from the state the last one left: the copies take a segment's
+# memory rather than twice the signal's.
 _SEGMENT_ELEMENTS = 1 << 21
 _MIN_SEGMENT = 4096  # samples of each channel
 # The output is formed about _BLOCK_ELEMENTS samples at a time, so that the part the
