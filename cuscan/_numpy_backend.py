@@ -74,9 +74,11 @@ _SEGMENT_BYTES = 2**24
 # operands copied time-major and their results back) go tile by tile over the
 # first two axes: element by element, with both sides long, every element read
 # or written lands on a cache line and a page of its own. A tile is square, of
-# about _TILE_BYTES, or as wide as the second axis and long enough to hold as
-# many bytes where that is narrower (benchmarks/numpy_tiles.py).
+# about _TILE_BYTES, or as long as a narrow axis and long enough along the other to
+# hold as many bytes; its sides are at least _MIN_TILE elements of the first two
+# axes, which may hold large blocks of the others (benchmarks/numpy_tiles.py).
 _TILE_BYTES = 2**18
+_MIN_TILE = 64
 # Arranging for NumPy's inner loop to run over more than the few channels of one
 # row (opaque rows in copies, a materialised row of time-invariant decays) costs
 # a few microseconds per array; it is done from _WHOLE_ROWS_FROM rows (time steps
@@ -469,11 +471,16 @@ def _copy(dst, src):
 
 def _tile(shape, itemsize: int, size: int | None = None) -> tuple[int, int]:
     """The sides of `_copy`'s tiles over the first two axes of ``shape``, for elements
-    of ``itemsize`` bytes over them: tiles of about ``size`` bytes (_TILE_BYTES)."""
-    size = size or _TILE_BYTES
-    side = max(1, math.isqrt(size // max(itemsize, 1)))
-    columns = max(1, min(shape[1], side))
-    return max(side, size // (columns * max(itemsize, 1))), columns
+    of ``itemsize`` bytes over them: tiles of about ``size`` bytes (_TILE_BYTES), square
+    but for a narrow axis, which leaves the other the rest; sides of at least _MIN_TILE."""
+    size, itemsize = size or _TILE_BYTES, max(itemsize, 1)
+    side = max(_MIN_TILE, math.isqrt(size // itemsize))
+    rows, columns = max(1, min(shape[0], side)), max(1, min(shape[1], side))
+    if columns < side:
+        rows = max(rows, min(shape[0], size // (columns * itemsize)))
+    elif rows < side:
+        columns = max(columns, min(shape[1], size // (rows * itemsize)))
+    return rows, columns
 
 
 def _opaque_rows(view):

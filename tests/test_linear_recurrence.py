@@ -310,6 +310,7 @@ def test_numpy_time_contiguous(monkeypatch, layout):
                         1 if layout == "copies" else np.inf)
     # Operands and results copied in many tiles
     monkeypatch.setattr(_numpy_backend, "_TILE_BYTES", 7 * 7 * 4)
+    monkeypatch.setattr(_numpy_backend, "_MIN_TILE", 1)
     numpy = Backend("numpy")
     rng = np.random.default_rng(37)
     for shape in ((40, 257), (3, 20, 1031)):
@@ -337,6 +338,39 @@ def test_numpy_time_contiguous(monkeypatch, layout):
                 expected = expected.astype(np.complex128)
                 np.testing.assert_allclose(grad, expected, rtol=0,
                                            atol=limit * np.abs(expected).max())
+
+
+def test_numpy_tiles(monkeypatch):
+    """The NumPy backend's tiled copies: square tiles of about 256 KiB, a narrow axis
+    leaving the other the rest, sides of at least 64 elements (of the first two axes,
+    whose elements may be large blocks); the copies equal NumPy's for awkward shapes,
+    strides, dtypes and tile sizes."""
+    from cuscan import _numpy_backend
+
+    tile = _numpy_backend._tile
+    assert tile((10**6, 10**6), 8) == (181, 181)
+    assert tile((10**6, 10**6), 4) == (256, 256)
+    assert tile((10**6, 3), 8) == (10922, 3)  # a narrow second axis
+    assert tile((2, 10**6), 8) == (2, 16384)  # a narrow first axis
+    assert tile((2, 100), 8) == (2, 100)
+    assert tile((8, 8), 8 * 32768) == (8, 8)  # large blocks: one tile, not 64
+    assert tile((10**6, 10**6), 1024) == (64, 64)
+    rng = np.random.default_rng(41)
+    for size, least in ((_numpy_backend._TILE_BYTES, _numpy_backend._MIN_TILE), (96, 1)):
+        monkeypatch.setattr(_numpy_backend, "_TILE_BYTES", size)
+        monkeypatch.setattr(_numpy_backend, "_MIN_TILE", least)
+        for shape in ((1, 1), (7, 300), (300, 7), (65, 67, 3), (2, 3, 4099), (4099, 5, 4)):
+            for dtype in (np.float32, np.complex128):
+                src = rng.standard_normal(shape).astype(dtype)
+                views = (src, src[::-1], np.moveaxis(src, 0, 1).copy().swapaxes(0, 1),
+                         np.asfortranarray(src))
+                for view in views:
+                    for dst in (np.empty(shape, dtype), np.empty(shape[::-1], dtype).T,
+                                np.empty(shape, np.float64 if dtype == np.float32 else dtype)):
+                        expected = np.empty_like(dst)
+                        np.copyto(expected, view, casting="unsafe")
+                        assert _numpy_backend._copy(dst, view) is dst
+                        np.testing.assert_array_equal(dst, expected)
 
 
 def test_numpy_time_major_rule(monkeypatch):
@@ -452,6 +486,7 @@ def test_numpy_parallel_layouts(monkeypatch, layout):
 
     monkeypatch.setattr(_numpy_backend, "_MAX_STRIDED_ROW", np.inf if layout == "copies" else -1)
     monkeypatch.setattr(_numpy_backend, "_TILE_BYTES", 5 * 5 * 8)
+    monkeypatch.setattr(_numpy_backend, "_MIN_TILE", 1)
     # Chunks for large arrays from 50,000 elements: (4099, 40) and (65537, 2) take them.
     monkeypatch.setattr(_numpy_backend, "_STEP_ELEMENTS_UP_TO", 50_000)
     monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_BYTES", -1)  # chunks at every size
