@@ -50,7 +50,7 @@ _MAX_STRIDED_ROW = 128
 # where "auto" scans serially, elements of at least _MIN_VIEW_ITEMSIZE bytes
 # whose lines spread over the cache sets (a stride that is not a multiple of
 # _ALIASING_STRIDE bytes) and over at most _MAX_VIEW_PAGES pages of _PAGE bytes
-# a step stay as they are: there, copies took up to 2.3x the time.
+# a step stay as they are: there, copies took up to 2.2x the time.
 # The copies are made a segment of time at a time (_SEGMENT_BYTES), whatever the
 # operand's size; a copy of a whole signal (cuscan.signal's, for a framework's
 # tensors) is made up to _MAX_COPY_BYTES.
