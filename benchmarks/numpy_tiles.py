@@ -6,7 +6,7 @@ copies the result back; a time-contiguous output of several channels, (C, T)
 along axis -1, is scanned in time-major copies and gets its result back from
 one. Copied element by element, both sides long, every element read or written
 lands on a cache line and a page of its own. The backend copies tiles of about
-_TILE_BYTES instead (square, or as wide as a narrow second axis). Times the
+_TILE_BYTES instead (square, or as long as a narrow axis). Times the
 forward scan and its vector-Jacobian product with tiles of 64 KiB to 1 MiB,
 with square tiles of 512 x 512 elements whatever their size (the rule before),
 and element by element (one tile), alternated in one process (so a loaded
