@@ -453,7 +453,11 @@ def _chunk_length(length: int, width: int) -> int:
 
 
 def _copy(dst, src):
-    """``dst[...] = src`` in tiles over the first two axes; returns ``dst``."""
+    """``dst[...] = src`` in tiles over the first two axes (at once with fewer); returns
+    ``dst``."""
+    if dst.ndim < 2:
+        np.copyto(dst, src, casting="unsafe")
+        return dst
     result = dst
     if dst.ndim > 2 and dst.shape[0] * dst.shape[1] >= _WHOLE_ROWS_FROM and dst.dtype == src.dtype:
         # Contiguous rows of a few channels copy as one element each: NumPy's

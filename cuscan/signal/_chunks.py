@@ -335,7 +335,7 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     if pieces:
         return _in_segments(sections, x, axis, zi, reverse, out, keep_state, pieces)
     if apart:  # steps apart, or reversed (filtfilt's second pass): copied in tiles
-        signal = _place(np.empty(signal.shape), signal)
+        signal = _numpy_backend._copy(np.empty(signal.shape), signal)
     batch, length = signal.shape[:-1], signal.shape[-1]
     rows = math.prod(batch)
     signal = signal.reshape(rows, length)
@@ -387,7 +387,7 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     else:
         y = _moved(y.reshape(*batch, length), -1, axis)
         if out is not None:
-            y = _place(out, y)
+            y = _numpy_backend._copy(out, y)
         elif apart and not y.flags.c_contiguous:  # back in row-major order
             y = _numpy_backend._copy(np.empty(y.shape), y)
     if zi is None and not keep_state:
@@ -397,14 +397,6 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     zf = np.stack([state[:, s.offset:s.offset + s.width] @ final
                    for s, final in zip(sections, m.final, strict=True)])
     return y, _moved(zf.reshape(count, *batch, zf.shape[-1]), -1, 1 + axis)
-
-
-def _place(dst: np.ndarray, src: np.ndarray) -> np.ndarray:
-    """``dst[...] = src``, in tiles where both have two axes or more; returns ``dst``."""
-    if dst.ndim > 1:
-        return _numpy_backend._copy(dst, src)
-    np.copyto(dst, src)
-    return dst
 
 
 def _segments(shape: tuple, size: int) -> list[tuple[int, int]]:
@@ -434,10 +426,11 @@ def _in_segments(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
         if reverse:
             piece, into = np.flip(piece, -1), np.flip(into, -1)
         copy, result = buffers[..., :stop - start]
-        done = cascade(sections, _place(copy, piece), last, state, out=result, keep_state=True)
+        done = cascade(sections, _numpy_backend._copy(copy, piece), last, state, out=result,
+                       keep_state=True)
         if not done:
             return None
-        _place(into, result)
+        _numpy_backend._copy(into, result)
         state = done[1]
     if zi is None and not keep_state:
         return y, None
