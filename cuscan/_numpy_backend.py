@@ -158,6 +158,8 @@ def _segments(operands, target, acc) -> list[tuple[int, int]] | None:
     _SEGMENT_BYTES), or None to scan the whole at once: where nothing larger than two
     segments is copied, or the scan is too short to cut."""
     itemsize = np.dtype(acc).itemsize
+    if target.size * itemsize <= 2 * _SEGMENT_BYTES:  # no copy is larger than the result's
+        return None
 
     def copied(view) -> int:
         """The bytes of ``view``'s copy, 0 where it is scanned as it lies."""
@@ -432,10 +434,13 @@ def _doubling(a, x, h0, out) -> None:
 
 
 def _serial(a, x, h, out) -> None:
-    for t in range(a.shape[0]):
-        np.multiply(a[t], h, out=out[t])
-        np.add(out[t], x[t], out=out[t])
-        h = out[t]
+    """The recurrence step by step over time-first arrays of at least two axes, of one
+    length; the steps are taken by iterating over them (not checked: ``strict`` costs as
+    much as a step), which costs less than indexing them."""
+    for at, xt, ot in zip(a, x, out, strict=False):
+        np.multiply(at, h, ot)
+        np.add(ot, xt, ot)
+        h = ot
 
 
 def _chunk_length(length: int, width: int) -> int:
@@ -633,9 +638,9 @@ def _parallel(a, x, h0, out) -> None:
     target = xc if compact else oc
 
     reduced = np.zeros((count, *out.shape[1:]), out.dtype)
-    for j in range(chunk):
-        np.multiply(ac[j], reduced, out=reduced)
-        np.add(reduced, xc[j], out=reduced)
+    for aj, xj in zip(ac, xc, strict=False):
+        np.multiply(aj, reduced, reduced)
+        np.add(reduced, xj, reduced)
     products = np.multiply.reduce(ac, axis=0)
 
     carries = np.empty((count + 1, *out.shape[1:]), out.dtype)
@@ -643,10 +648,10 @@ def _parallel(a, x, h0, out) -> None:
     scan(products, reduced, h0, carries[1:], "auto")
 
     h, step = carries[:-1], np.empty_like(reduced)
-    for j in range(chunk):
-        np.multiply(ac[j], h, out=step)
-        np.add(xc[j], step, out=target[j])
-        h = target[j]
+    for aj, xj, oj in zip(ac, xc, target, strict=False):
+        np.multiply(aj, h, step)
+        np.add(xj, step, oj)
+        h = oj
     if compact:
         _copy(oc, xc)
     _serial(a[body:], x[body:], carries[-1], out[body:])
