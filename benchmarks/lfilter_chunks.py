@@ -13,7 +13,10 @@ both alike), and prints chunks / without and each time beside `scipy.signal`'s:
    (order 4) and `sosfilt` (order 8), whose initial and final states enter and leave
    the chunks as products;
 3. the chunk length for filters whose pairs of poles run among other stages
-   (`_PAIR_CHUNK`, chosen for accuracy): its time against 32 and 64.
+   (`_PAIR_CHUNK`, chosen for accuracy): its time against 32 and 64;
+4. short signals, 16 to 127 samples (from `_MIN_LENGTH`, in chunks of `_PAIR_CHUNK`
+   below twice the chunk length), one to 4,096 channels: `lfilter` on Butterworth
+   designs of orders 1, 4 and 8, and `sosfilt` on orders 2, 16 and 32.
 
 Writes results/lfilter_chunks.json.
 
@@ -38,7 +41,18 @@ FILTERS = {"butter 2": scipy.signal.butter(2, 0.05), "butter 4": scipy.signal.bu
            "butter 8": scipy.signal.butter(8, 0.05),
            "fir 17": (scipy.signal.firwin(17, 0.2), np.ones(1)),
            "fir 65": (scipy.signal.firwin(65, 0.2), np.ones(1))}
-BLOCKS = [(1, 256), (1, 1024), (1, 4096), (8, 1024)]
+BLOCKS = [(1, 32), (1, 256), (1, 1024), (1, 4096), (8, 1024)]
+SHORT_LENGTHS = (16, 24, 32, 48, 64, 96, 127)
+SHORT_CHANNELS = (1, 64, 1024, 4096)
+SHORT_FILTERS = {"lfilter butter 1": (signal.lfilter, scipy.signal.lfilter,
+                                      scipy.signal.butter(1, 0.1)),
+                 "lfilter butter 4": (signal.lfilter, scipy.signal.lfilter,
+                                      scipy.signal.butter(4, 0.1)),
+                 "lfilter butter 8": (signal.lfilter, scipy.signal.lfilter,
+                                      scipy.signal.butter(8, 0.1)),
+                 **{f"sosfilt butter {order}": (signal.sosfilt, scipy.signal.sosfilt,
+                                                (scipy.signal.butter(order, 0.1, output="sos"),))
+                    for order in (2, 16, 32)}}
 SETTINGS = {"chunks": _chunks._MIN_LENGTH, "without": math.inf}
 
 
@@ -52,6 +66,26 @@ def _row(label: str, best: dict, theirs: float) -> None:
     print(f"{label:>28} {best['chunks'] / best['without']:>15.2f} "
           f"{best['chunks'] / theirs:>13.2f} {best['without'] / theirs:>14.2f} "
           f"{theirs * 1e3:>11.3f}", flush=True)
+
+
+def _short(rng, header: str) -> list:
+    """Short signals along axis -1: chunks / without, and each / scipy.signal."""
+    rows = []
+    print("\nshort signals along axis -1: chunks / without, and each / scipy.signal")
+    print(header)
+    for length in SHORT_LENGTHS:
+        for channels in SHORT_CHANNELS:
+            x = rng.standard_normal((channels, length))
+            repeats = max(5, min(200, 2 * 10**5 // x.size))
+            for name, (ours, theirs, design) in SHORT_FILTERS.items():
+                best = alternated(functools.partial(ours, *design, x), _chunks, "_MIN_LENGTH",
+                                  SETTINGS, repeats)
+                scipy_s = best_time(functools.partial(theirs, *design, x), repeats)
+                rows.append({"shape": [channels, length], "filter": name,
+                             "chunks_s": best["chunks"], "without_s": best["without"],
+                             "scipy_s": scipy_s})
+                _row(f"{channels}x{length} {name}", best, scipy_s)
+    return rows
 
 
 def main() -> None:
@@ -108,11 +142,13 @@ def main() -> None:
             print(f"{'x'.join(map(str, shape)):>12} {name:>9} "
                   + " ".join(f"{n}: {best[n] / base:.2f}" for n in lengths)
                   + f"   {base * 1e3:.2f} ms", flush=True)
+    short = _short(rng, header)
     path = write("lfilter_chunks", {"environment": environment(),
                                     "min_length": _chunks._MIN_LENGTH,
                                     "max_order": _chunks._MAX_ORDER,
                                     "pair_chunk": _chunks._PAIR_CHUNK, "rows": rows,
-                                    "streams": streams, "pair_chunk_lengths": by_length})
+                                    "streams": streams, "pair_chunk_lengths": by_length,
+                                    "short": short})
     print(f"wrote {path}")
 
 

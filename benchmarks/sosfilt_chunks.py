@@ -72,7 +72,8 @@ def segments(rng) -> list:
 
 
 def _always(x, axis: int, sections: int) -> bool:
-    return type(x) is np.ndarray and x.dtype == np.float64 and x.shape[axis] >= 128
+    return (type(x) is np.ndarray and x.dtype == np.float64
+            and x.shape[axis] >= _chunks._MIN_LENGTH)
 
 
 def _adjacent(x, axis: int, sections: int) -> bool:

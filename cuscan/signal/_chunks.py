@@ -47,11 +47,13 @@ _CHUNK = 64
 _SHORT_CHUNK = 32
 _SHORT_WIDTH = 4
 _PAIR_CHUNK = 16  # see Section.pairs
-# Used from _MIN_LENGTH samples per channel: from 256 it was faster than the sections'
-# own recurrences on every shape benchmarks/sosfilt_chunks.py measures, and at 128
-# (orders 2 to 16, 1 to 4,096 channels, alternated in one process) it took 0.18 to 0.70
-# of their time.
-_MIN_LENGTH = 128
+# Used from _MIN_LENGTH samples per channel, one chunk of _PAIR_CHUNK, or as many chunks
+# as SciPy's zi reaches (`fits`); a signal shorter than twice the chunk length runs in chunks of
+# _PAIR_CHUNK. From 256 samples the chunks were faster than the sections' own
+# recurrences on every shape benchmarks/sosfilt_chunks.py measures, and from 16 to 128
+# (orders 1 to 32, 1 to 4,096 channels, alternated in one process) they took 0.11 to
+# 0.76 of their time.
+_MIN_LENGTH = _PAIR_CHUNK
 # A single section over steps of more than _MAX_APART_WIDTH channels whose samples lie
 # apart (such as (T, C) along axis 0) runs faster as its own recurrences over
 # time-major steps than copied (benchmarks/sosfilt_chunks.py).
@@ -93,14 +95,16 @@ def fits(shape: tuple, strides: tuple, itemsize: int, axis: int,
     """Whether a filter (`applies`' ``sections`` or ``order``) runs in chunks on an array of
     that layout (byte ``strides``): with enough samples along ``axis``, for an order up to
     _MAX_ORDER, and unless a step's samples lie apart (copied to adjacent ones and back)
-    in more than _MAX_APART_WIDTH channels for a single section."""
+    in more than _MAX_APART_WIDTH channels for a single section. Enough samples: at
+    least _MIN_LENGTH, and chunks of _PAIR_CHUNK over the ``order`` samples SciPy's zi
+    enters (`cascade`)."""
     if sections is None:
         sections = (order + 1) // 2
     if not sections or order > _MAX_ORDER:
         return False
     length, size = shape[axis], math.prod(shape)
     apart = abs(strides[axis]) != itemsize and size > length
-    return length >= max(_MIN_LENGTH, _CHUNK + 2 * order) and not (
+    return length >= max(_MIN_LENGTH, _PAIR_CHUNK * -(-order // _PAIR_CHUNK)) and not (
         apart and sections == 1 and size > _MAX_APART_WIDTH * length)
 
 
@@ -327,7 +331,7 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
         raise ValueError("a cascade runs backward in time from rest only")
     width, count = sum(s.width for s in sections), len(sections)
     size = _SHORT_CHUNK if width <= _SHORT_WIDTH else _CHUNK
-    if any(s.pairs for s in sections):
+    if any(s.pairs for s in sections) or x.shape[axis] < 2 * size:
         size = min(size, _PAIR_CHUNK)
     signal = _moved(x, axis, -1)
     apart = signal.strides[-1] != signal.itemsize
