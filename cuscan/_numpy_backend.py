@@ -17,19 +17,18 @@ xp = np
 
 # "auto" runs the chunked scan when a time step holds at most _MAX_PARALLEL_ROW
 # bytes and the sequence has at least _MIN_PARALLEL_LENGTH steps and one step per
-# _ROW_BYTES_PER_STEP bytes of a step, or when steps of up to _MAX_LONG_PARALLEL_ROW
-# bytes run for at least _MIN_LONG_PARALLEL_LENGTH steps. Measured on (T, width)
-# arrays of float32, float64, complex64 and complex128 by
-# benchmarks/numpy_methods.py: the crossover follows a step's bytes, whatever the
-# dtype. Narrow steps cost the serial loop mostly Python overhead, which chunking
-# saves; wide ones it streams through in fewer passes over memory. Where the
-# crossover lies differs between machines: the limits are those whose worst choice
-# was least bad on the two machines measured.
-_MAX_PARALLEL_ROW = 2048
+# _ROW_BYTES_PER_STEP bytes of a step. Measured on (T, width) arrays of float32,
+# float64, complex64 and complex128 by benchmarks/numpy_methods.py: the crossover
+# follows a step's bytes, whatever the dtype. Narrow steps cost the serial loop
+# mostly Python overhead, which chunking saves; wide ones it streams through in
+# fewer passes over memory. Where the crossover lies differs between machines, and
+# moves with the serial loop's cost per step: the limits were refitted when that
+# fell by about a third (the steps taken by iteration), where the former ones
+# (steps of up to 2 KiB from one step per 16 bytes, and of up to 3 KiB from 1,024
+# steps) chose the chunked scan at up to 1.65 times the serial loop's time.
+_MAX_PARALLEL_ROW = 1024
 _MIN_PARALLEL_LENGTH = 48
-_ROW_BYTES_PER_STEP = 16
-_MAX_LONG_PARALLEL_ROW = 3072
-_MIN_LONG_PARALLEL_LENGTH = 1024
+_ROW_BYTES_PER_STEP = 3
 # The chunked scan's vector length, in elements: _STEP_ELEMENTS for arrays of
 # fewer elements than _STEP_ELEMENTS_UP_TO, _LARGE_STEP_ELEMENTS for larger ones
 # (see _chunk_length).
@@ -110,7 +109,7 @@ _MIN_BLOCK_ROWS = 256
 # step. Its T log T work pays from _MIN_DOUBLING_LENGTH steps of at most
 # _MAX_DOUBLING_ROW bytes, up to _MAX_DOUBLING_BYTES in all, in the accumulator's dtype
 # (benchmarks/numpy_methods.py).
-_MIN_DOUBLING_LENGTH = 32
+_MIN_DOUBLING_LENGTH = 64
 _MAX_DOUBLING_ROW = 256
 _MAX_DOUBLING_BYTES = 65536
 # The chunked scan runs over segments of time of about _CACHE_SEGMENT_BYTES of the
@@ -379,9 +378,8 @@ def _row(view) -> int:
 
 def _parallel_wins(length: int, row: int) -> bool:
     """Whether "auto" scans ``length`` steps of ``row`` bytes with the chunked scan."""
-    if row <= _MAX_PARALLEL_ROW:
-        return length >= max(_MIN_PARALLEL_LENGTH, row // _ROW_BYTES_PER_STEP)
-    return row <= _MAX_LONG_PARALLEL_ROW and length >= _MIN_LONG_PARALLEL_LENGTH
+    return row <= _MAX_PARALLEL_ROW and length >= max(_MIN_PARALLEL_LENGTH,
+                                                      row // _ROW_BYTES_PER_STEP)
 
 
 def _in_cache(a, x, h0, out) -> None:

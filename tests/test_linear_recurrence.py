@@ -388,12 +388,14 @@ def test_numpy_time_major_rule(monkeypatch):
     assert copied((64, 1000))
     assert copied((8, 8, 1000))
     assert copied((1000, 1000))
-    # Steps of 3 KiB, scanned serially below 1,024 steps, on 384 pages
+    # Steps of 3 KiB, scanned serially, on 384 pages
     assert not copied((384, 1000), np.float64)
     assert not copied((384, 1000, 2), np.float64, axis=1)  # pairs of elements
     assert copied((384, 1000))  # float32
     assert copied((384, 1024), np.float64)  # aliasing: rows a multiple of 1024 bytes
-    assert copied((384, 2000), np.float64)  # the chunked scan
+    assert not copied((384, 2000), np.float64)  # serially at any length
+    assert copied((128, 1000), np.float64)  # steps of 1 KiB: the chunked scan from 341
+    assert not copied((128, 340), np.float64)
     assert copied((768, 1000), np.float64)  # on 768 pages
     assert copied((3, 256, 1000), np.float64)  # on 768 pages
     assert not copied((800, 300), np.float64)  # elements 2,400 bytes apart: 469 pages
@@ -570,17 +572,17 @@ def test_numpy_doubling(monkeypatch):
     runs as the chunked scan's scan of its carries."""
     from cuscan import _numpy_backend
 
-    assert _numpy_backend._doubles(32, np.empty((0, 32)))  # steps of 256 bytes
-    assert not _numpy_backend._doubles(32, np.empty((0, 33)))
+    assert _numpy_backend._doubles(64, np.empty((0, 32)))  # steps of 256 bytes
+    assert not _numpy_backend._doubles(64, np.empty((0, 33)))
     assert _numpy_backend._doubles(8192, np.empty((0, 1)))  # 64 KiB
     assert not _numpy_backend._doubles(8193, np.empty((0, 1)))
-    assert not _numpy_backend._doubles(31, np.empty((0, 1)))
+    assert not _numpy_backend._doubles(63, np.empty((0, 1)))
     monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_BYTES", 2**20)
     monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_ROW", 2**20)
     ran = record_lengths(monkeypatch, _numpy_backend, "_doubling")
     numpy = Backend("numpy")
     rng = np.random.default_rng(41)
-    for length, width in ((32, 1), (33, 5), (63, 2), (64, 1), (65, 3), (1023, 4), (4097, 2)):
+    for length, width in ((64, 1), (65, 5), (127, 2), (128, 1), (129, 3), (1023, 4), (4097, 2)):
         for dtype in ("float32", "float64", "complex128"):
             decays = make(rng, (length, width), dtype)
             impulses = make(rng, (length, width), dtype, low=-1.0)
