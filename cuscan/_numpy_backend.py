@@ -24,10 +24,12 @@ xp = np
 # fewer passes over memory. Where the crossover lies differs between machines, and
 # moves with the serial loop's cost per step: the limits were refitted when that
 # fell by about a third (the steps taken by iteration), where the former ones
-# (steps of up to 2 KiB from one step per 16 bytes, and of up to 3 KiB from 1,024
-# steps) chose the chunked scan at up to 1.65 times the serial loop's time.
+# (steps of up to 2 KiB from 48 steps and one step per 16 bytes, and of up to 3 KiB
+# from 1,024 steps) chose the chunked scan at up to 1.65 times the serial loop's
+# time. Below _MIN_PARALLEL_LENGTH the serial loop is the faster on any step, and
+# from there Hillis and Steele's scan takes the narrowest ones (_MIN_DOUBLING_LENGTH).
 _MAX_PARALLEL_ROW = 1024
-_MIN_PARALLEL_LENGTH = 48
+_MIN_PARALLEL_LENGTH = 64
 _ROW_BYTES_PER_STEP = 3
 # The chunked scan's vector length, in elements: _STEP_ELEMENTS for arrays of
 # fewer elements than _STEP_ELEMENTS_UP_TO, _LARGE_STEP_ELEMENTS for larger ones

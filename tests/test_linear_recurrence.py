@@ -534,7 +534,7 @@ def test_numpy_cache_segments(monkeypatch):
     against the same call scanned whole."""
     from cuscan import _numpy_backend
 
-    monkeypatch.setattr(_numpy_backend, "_CACHE_SEGMENT_BYTES", 4096)
+    monkeypatch.setattr(_numpy_backend, "_CACHE_SEGMENT_BYTES", 1024)
     monkeypatch.setattr(_numpy_backend, "_MIN_CACHE_SEGMENT", 64)
     monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_BYTES", -1)
     runs = record_lengths(monkeypatch, _numpy_backend, "_parallel")
@@ -555,7 +555,7 @@ def test_numpy_cache_segments(monkeypatch):
             pieces = cuscan.linear_recurrence_vjp(weights, decays, h, state)
             monkeypatch.setattr(_numpy_backend, "_CACHE_SEGMENT_BYTES", 2**62)
             whole = cuscan.linear_recurrence_vjp(weights, decays, h, state)
-            monkeypatch.setattr(_numpy_backend, "_CACHE_SEGMENT_BYTES", 4096)
+            monkeypatch.setattr(_numpy_backend, "_CACHE_SEGMENT_BYTES", 1024)
             for got, want in zip(pieces, whole, strict=True):
                 np.testing.assert_allclose(got, want, rtol=0,
                                            atol=tolerance(dtype, length) * np.abs(want).max())
