@@ -31,8 +31,12 @@ def commit() -> str:
     return head + ("-dirty" if dirty.strip() else "")
 
 
+# Environment variables that set how many threads NumPy's BLAS and OpenMP run.
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def environment() -> dict[str, str]:
-    """Machine and library versions."""
+    """Machine and library versions, and the thread settings the run was given."""
     import scipy
 
     return {
@@ -43,6 +47,7 @@ def environment() -> dict[str, str]:
         "numpy": np.__version__,
         "scipy": scipy.__version__,
         "date": time.strftime("%Y-%m-%d"),
+        **{name: os.environ[name] for name in _THREAD_VARIABLES if name in os.environ},
     }
 
 
