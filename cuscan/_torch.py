@@ -72,6 +72,12 @@ def _result_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
     """The dtype torch's operators give ``tensors`` (`torch.result_type`'s rule: 0-d tensors
     promote the others only from a higher category of bool, integer, float and complex),
     float64 where that is a bool or integer type."""
+    dtypes = {t.dtype for t in tensors if t is not None}
+    if len(dtypes) == 1:  # one dtype: nothing to promote
+        (dtype,) = dtypes
+        if dtype.is_floating_point or dtype.is_complex:
+            return dtype
+
     def promoted(dtypes):
         dtype = None
         for other in dtypes:
@@ -114,7 +120,8 @@ def _promoted(*tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
     """The tensors cast to `_result_dtype`, as the fake implementations promise (the core
     would promote as NumPy does, which differs for integers with floats)."""
     dtype = _result_dtype(*tensors)
-    return [None if tensor is None else tensor.to(dtype) for tensor in tensors]
+    return [tensor if tensor is None or tensor.dtype == dtype else tensor.to(dtype)
+            for tensor in tensors]
 
 
 def _differentiated(*tensors) -> bool:
