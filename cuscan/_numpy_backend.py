@@ -450,8 +450,8 @@ def _chunk_length(length: int, width: int) -> int:
     # _STEP_ELEMENTS, or _LARGE_STEP_ELEMENTS from _STEP_ELEMENTS_UP_TO elements in
     # all (at least 4 steps, at most sqrt(T)): Python's per-step cost dominates
     # shorter vectors. Against L = sqrt(T) (benchmarks/numpy_chunks.py), this took
-    # 0.37 to 0.97 of the time for one channel, below _STEP_ELEMENTS_UP_TO elements
-    # and above; 0.60 to 1.16 for 2 to 4 channels; 0.80 to 1.04 for 8 to 100, where
+    # 0.48 to 1.04 of the time for one channel, below _STEP_ELEMENTS_UP_TO elements
+    # and above; 0.68 to 1.08 for 2 to 4 channels; 0.76 to 1.11 for 8 to 100, where
     # the two rules mostly agree.
     per_step = _STEP_ELEMENTS if length * width < _STEP_ELEMENTS_UP_TO else _LARGE_STEP_ELEMENTS
     return max(4, min(math.isqrt(length), -(-length * width // per_step)))

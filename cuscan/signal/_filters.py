@@ -935,7 +935,7 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     accurate for close or repeated poles. The poles are the roots of `a` to
     working precision (refined in exact arithmetic up to order 128), and the
     stages run in an order that keeps the intermediate signal small. On real
-    NumPy signals of at least 128 samples and filters up to order 64 (and
+    NumPy signals of at least 16 samples and filters up to order 64 (and
     real CPU tensors, differentiated too, with or without `zi`) the whole
     filter runs chunk by chunk as matrix products instead, its states
     in the same forms solved as recurrences over the chunks (docs/signal.md).
@@ -1009,7 +1009,7 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     a conjugate pair as one complex recurrence straight on the section's
     input (partial fractions), any other section as its numerator (a
     three-tap moving sum) and a recurrence per real pole; see `lfilter`. On
-    NumPy arrays of at least 128 samples (and real CPU tensors, differentiated
+    NumPy arrays of at least 16 samples (and real CPU tensors, differentiated
     too, with or without `zi`) the whole cascade runs chunk by chunk as
     matrix products instead, its states in the same forms solved as
     recurrences over the chunks (docs/signal.md). Accuracy against ``scipy.signal.sosfilt`` on
