@@ -6,7 +6,7 @@ from it. Then times Hillis and Steele's scan against the method "auto" chose
 without it, over short scans of each dtype, which sets its _MIN_DOUBLING_LENGTH,
 _MAX_DOUBLING_ROW and _MAX_DOUBLING_BYTES; the parallel method's two layouts
 (contiguous copies, or strided views of the arrays) over widths, for float64 and complex128, which
-sets its _MAX_COPIED_CHUNK_ROW; and time-contiguous operands, (C, T) along axis -1,
+sets its _MAX_STRIDED_ROW; and time-contiguous operands, (C, T) along axis -1,
 scanned in time-major copies or as they are, which sets the rule of its
 _scattered. Writes results/numpy_methods.json.
 
@@ -116,7 +116,7 @@ def layouts(rng) -> list[dict]:
     print("\ncontiguous copies / strided views, parallel method; < 1 means copies are faster;"
           " * marks the rule's choice of copies")
     print(f"{'T':>8} {'width':>6} {'float64':>8} {'complex128':>10}")
-    saved = _numpy_backend._MAX_COPIED_CHUNK_ROW
+    saved = _numpy_backend._MAX_STRIDED_ROW
     try:
         for length, width in LAYOUT_SHAPES:
             cells = []
@@ -125,7 +125,7 @@ def layouts(rng) -> list[dict]:
                 a = rng.uniform(0, 1, (length, width)).astype(dtype)
                 times = {}
                 for layout, limit in (("copies", np.inf), ("views", -1)):
-                    _numpy_backend._MAX_COPIED_CHUNK_ROW = limit
+                    _numpy_backend._MAX_STRIDED_ROW = limit
                     times[layout] = best_time(
                         lambda a=a, x=x: cuscan.linear_recurrence(a, x, method="parallel"), 5)
                 ratio = times["copies"] / times["views"]
@@ -135,7 +135,7 @@ def layouts(rng) -> list[dict]:
                 cells.append(f"{ratio:.2f}{'*' if chosen else ' '}")
             print(f"{length:>8} {width:>6} {cells[0]:>8} {cells[1]:>10}")
     finally:
-        _numpy_backend._MAX_COPIED_CHUNK_ROW = saved
+        _numpy_backend._MAX_STRIDED_ROW = saved
     return rows
 
 

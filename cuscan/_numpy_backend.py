@@ -37,13 +37,8 @@ _ROW_BYTES_PER_STEP = 3
 _STEP_ELEMENTS = 4096
 _STEP_ELEMENTS_UP_TO = 2**19
 _LARGE_STEP_ELEMENTS = 16384
-# The chunked scan works on contiguous copies of its chunks (position in chunk first)
-# where a time step holds at most _MAX_COPIED_CHUNK_ROW bytes: on views of the
-# operands each of its steps reads elements a chunk apart (measured by
-# benchmarks/numpy_methods.py). Time-contiguous operands whose steps hold at most
-# _MAX_STRIDED_ROW bytes are never copied time-major (below): the chunked scan's
-# copies serve them.
-_MAX_COPIED_CHUNK_ROW = 4096
+# The chunked scan works on contiguous copies when a time step holds at most
+# this many bytes (measured by benchmarks/numpy_methods.py).
 _MAX_STRIDED_ROW = 128
 # An operand whose time step has its elements a cache line or more apart (a
 # time-contiguous layout, such as (C, T) along axis -1) touches a line per
@@ -630,7 +625,7 @@ def _parallel(a, x, h0, out) -> None:
         # NumPy's inner loop run over the channels alone, a few elements at a
         # time. (A single decay for all channels is a scalar to NumPy: fast.)
         ac = np.broadcast_to(np.ascontiguousarray(ac[0]), ac.shape)
-    compact = _row(out) <= _MAX_COPIED_CHUNK_ROW
+    compact = _row(out) <= _MAX_STRIDED_ROW
     if compact:
         # Narrow rows make those steps strided, elements far apart: with the
         # copies' cost included, contiguous copies take 0.5 to 0.8 of the time.

@@ -486,8 +486,7 @@ def test_numpy_parallel_layouts(monkeypatch, layout):
     not divide the chunks."""
     from cuscan import _numpy_backend
 
-    monkeypatch.setattr(_numpy_backend, "_MAX_COPIED_CHUNK_ROW",
-                        np.inf if layout == "copies" else -1)
+    monkeypatch.setattr(_numpy_backend, "_MAX_STRIDED_ROW", np.inf if layout == "copies" else -1)
     monkeypatch.setattr(_numpy_backend, "_TILE_BYTES", 5 * 5 * 8)
     monkeypatch.setattr(_numpy_backend, "_MIN_TILE", 1)
     # Chunks for large arrays from 50,000 elements: (4099, 40) and (65537, 2) take them.
