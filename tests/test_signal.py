@@ -162,6 +162,49 @@ def test_sosfilt_chunks(chunk_runs):
             np.testing.assert_allclose(result[:at], expected[:at], rtol=1e-10)
 
 
+def test_chunks_short_signals(chunk_runs):
+    """Short signals run in chunks from 16 samples, in chunks of 16 below twice the usual
+    chunk length, and from as many chunks of 16 as SciPy's zi enters for filters above
+    order 16: `lfilter` (with zi and zf) and `sosfilt`, `filtfilt` and `sosfiltfilt` (read
+    backward in time) against SciPy; shorter signals, and orders whose zi the chunks do
+    not cover, run the recurrences."""
+    ran = chunk_runs
+    rng = np.random.default_rng(23)
+    poles = np.exp(1j * np.linspace(0.2, 2.9, 10)) * np.linspace(0.5, 0.9, 10)
+    filters = [ss.butter(1, 0.2), ss.butter(4, 0.1), ss.cheby1(8, 1, 0.3),
+               (ss.firwin(17, 0.2), [1.0]),
+               (rng.standard_normal(3), np.poly(np.concatenate([poles, poles.conj()])).real)]
+    for b, a in filters:
+        order = max(len(a), len(b)) - 1
+        for length in (15, 16, 17, 31, 32, 33, 63, 64, 100, 127):
+            x = rng.standard_normal((2, length))
+            zi = rng.standard_normal((2, order))
+            runs = length >= 16 * max(1, -(-order // 16))
+            ran.clear()
+            y, zf = signal.lfilter(b, a, x, zi=zi)
+            expected, expected_zf = ss.lfilter(b, a, x, zi=zi)
+            assert ran == ([True] if runs else []), (order, length, ran)
+            scale = np.sqrt(np.mean(expected ** 2))
+            assert np.max(np.abs(y - expected)) <= 1e-11 * scale, (order, length)
+            assert np.max(np.abs(zf - expected_zf)) <= 1e-11 * scale, (order, length)
+            if length > 3 * (order + 1):
+                result = signal.filtfilt(b, a, x)
+                assert relative_error(result, ss.filtfilt(b, a, x)) <= 1e-11, (order, length)
+    sos = ss.butter(8, 0.1, output="sos")
+    for length in (15, 16, 17, 40, 127):
+        x = rng.standard_normal((3, length))
+        zi = rng.standard_normal((4, 3, 2))
+        ran.clear()
+        y, zf = signal.sosfilt(sos, x, zi=zi)
+        expected, expected_zf = ss.sosfilt(sos, x, zi=zi)
+        assert ran == ([True] if length >= 16 else []), (length, ran)
+        assert relative_error(y, expected) <= 1e-12, length
+        assert relative_error(zf, expected_zf) <= 1e-12, length
+        result = signal.sosfiltfilt(sos, x, padlen=min(length - 1, 10))
+        assert relative_error(result, ss.sosfiltfilt(sos, x, padlen=min(length - 1, 10))) \
+            <= 1e-12, length
+
+
 def test_chunks_in_segments(monkeypatch, chunk_runs):
     """Signals whose steps lie apart ((T, C) along axis 0, reversed views, strided or
     reversed views of one channel) are filtered a segment of time at a time, each from the

@@ -48,11 +48,12 @@ _SHORT_CHUNK = 32
 _SHORT_WIDTH = 4
 _PAIR_CHUNK = 16  # see Section.pairs
 # Used from _MIN_LENGTH samples per channel, one chunk of _PAIR_CHUNK, or as many chunks
-# as SciPy's zi reaches (`fits`); a signal shorter than twice the chunk length runs in chunks of
-# _PAIR_CHUNK. From 256 samples the chunks were faster than the sections' own
-# recurrences on every shape benchmarks/sosfilt_chunks.py measures, and from 16 to 128
-# (orders 1 to 32, 1 to 4,096 channels, alternated in one process) they took 0.11 to
-# 0.76 of their time.
+# as SciPy's zi reaches (`fits`); a signal shorter than twice the chunk length runs in
+# chunks of _PAIR_CHUNK. From 256 samples the chunks were faster than the sections' own
+# recurrences on every shape benchmarks/sosfilt_chunks.py measures; on 16 to 127
+# samples of 1 to 4,096 channels (benchmarks/lfilter_chunks.py, orders 1 to 32,
+# alternated in one process) they took 0.08 to 0.93 of their time, but for a
+# first-order filter on 1,024 or more channels of 32 and 48 samples (up to 1.32).
 _MIN_LENGTH = _PAIR_CHUNK
 # A single section over steps of more than _MAX_APART_WIDTH channels whose samples lie
 # apart (such as (T, C) along axis 0) runs faster as its own recurrences over
