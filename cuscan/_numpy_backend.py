@@ -38,15 +38,20 @@ _ROW_BYTES_PER_STEP = 3
 _STEP_ELEMENTS = 4096
 _STEP_ELEMENTS_UP_TO = 2**19
 _LARGE_STEP_ELEMENTS = 16384
-# The chunked scan works on contiguous copies when a time step holds at most
-# this many bytes (measured by benchmarks/numpy_methods.py).
+# The chunked scan works on contiguous copies of its chunks (position in chunk
+# first) when a time step holds at most _MAX_STRIDED_ROW bytes, or at most
+# _MAX_APART_CHUNK_ROW bytes whose elements lie a cache line or more apart (a
+# time-contiguous operand, which it then copies from as it lies, instead of from a
+# time-major copy: below). Measured by benchmarks/numpy_methods.py.
 _MAX_STRIDED_ROW = 128
+_MAX_APART_CHUNK_ROW = 256
 # An operand whose time step has its elements a cache line or more apart (a
 # time-contiguous layout, such as (C, T) along axis -1) touches a line per
 # element at every step. The scan runs on time-major copies instead where that
 # is faster (measured by benchmarks/numpy_methods.py): at least
 # _MIN_SCATTERED_LENGTH steps wider than _MAX_STRIDED_ROW bytes (narrower ones
-# the chunked scan copies anyway), or from _MIN_SHORT_SCATTERED_LENGTH steps
+# the chunked scan copies anyway, and so it does with steps of up to
+# _MAX_APART_CHUNK_ROW bytes it scans), or from _MIN_SHORT_SCATTERED_LENGTH steps
 # where the operand holds _MIN_SHORT_SCATTERED_ELEMENTS. The chunked scan reads
 # every step twice, and NumPy's strided loops are slow on small elements: only
 # where "auto" scans serially, elements of at least _MIN_VIEW_ITEMSIZE bytes
@@ -277,6 +282,8 @@ def _scattered_layout(shape, strides, dtype, most: float = math.inf) -> bool:
     row = math.prod(shape[1:]) * itemsize
     if stride < _CACHE_LINE or row <= _MAX_STRIDED_ROW or length * row > most:
         return False
+    if row <= _MAX_APART_CHUNK_ROW and _parallel_wins(length, row):
+        return False  # the chunked scan copies its chunks from the operand
     touched = math.prod(size for size, _ in axes)  # elements a step, broadcast aside
     if length < _MIN_SCATTERED_LENGTH:
         return length * touched >= _MIN_SHORT_SCATTERED_ELEMENTS
@@ -285,6 +292,14 @@ def _scattered_layout(shape, strides, dtype, most: float = math.inf) -> bool:
     pages = min(touched, span / _PAGE)
     return (itemsize < _MIN_VIEW_ITEMSIZE or _parallel_wins(length, row)
             or stride % _ALIASING_STRIDE == 0 or pages > _MAX_VIEW_PAGES)
+
+
+def _apart(view) -> bool:
+    """Whether the elements of a step of the time-first ``view`` lie a cache line or more
+    apart (broadcast axes aside)."""
+    strides = [abs(stride) for size, stride in zip(view.shape[1:], view.strides[1:],
+                                                   strict=True) if size > 1 and stride]
+    return min(strides, default=0) >= _CACHE_LINE
 
 
 def _operand(view, dtype, keep: bool = False):
@@ -626,7 +641,8 @@ def _parallel(a, x, h0, out) -> None:
         # NumPy's inner loop run over the channels alone, a few elements at a
         # time. (A single decay for all channels is a scalar to NumPy: fast.)
         ac = np.broadcast_to(np.ascontiguousarray(ac[0]), ac.shape)
-    compact = _row(out) <= _MAX_STRIDED_ROW
+    row = _row(out)
+    compact = row <= _MAX_STRIDED_ROW or (row <= _MAX_APART_CHUNK_ROW and _apart(x))
     if compact:
         # Narrow rows make those steps strided, elements far apart: with the
         # copies' cost included, contiguous copies take 0.5 to 0.8 of the time.

@@ -385,8 +385,11 @@ def test_numpy_time_major_rule(monkeypatch):
         return _numpy_backend._scattered(np.moveaxis(view(np.empty(shape, dtype)), axis, 0),
                                          dtype)
 
-    assert copied((64, 1000))
-    assert copied((8, 8, 1000))
+    # Steps of 256 bytes, which the chunked scan copies its chunks from as they lie
+    assert not copied((64, 1000))
+    assert not copied((8, 8, 1000))
+    assert copied((65, 1000))
+    assert copied((8, 9, 1000))
     assert copied((1000, 1000))
     # Steps of 3 KiB, scanned serially, on 384 pages
     assert not copied((384, 1000), np.float64)
@@ -404,7 +407,8 @@ def test_numpy_time_major_rule(monkeypatch):
     assert not copied((1000, 64), axis=0)  # time-major already
     assert not copied((8, 1000, 64), axis=1)  # contiguous within each step
     assert not copied((16, 1000))  # steps of 64 bytes: the chunked scan copies those
-    assert copied((16, 1000), np.complex128)
+    assert not copied((16, 1000), np.complex128)  # 256 bytes, the chunked scan's
+    assert copied((17, 1000), np.complex128)
     assert not copied((64, 255))  # short
     assert copied((1024, 32), np.float64)
     assert copied((8, 32, 128), np.complex128)
@@ -415,9 +419,9 @@ def test_numpy_time_major_rule(monkeypatch):
     assert copied((2, 256, 64))
     assert not copied((64, 1000), view=lambda v: v[:, :1])  # time-invariant
     assert not copied((1, 1000), view=lambda v: np.broadcast_to(v, (64, 1000)))
-    monkeypatch.setattr(_numpy_backend, "_MAX_COPY_BYTES", 64 * 1000 * 4 - 1)
-    assert copied((64, 1000))
-    view = np.empty((64, 1000), np.float32).T
+    monkeypatch.setattr(_numpy_backend, "_MAX_COPY_BYTES", 65 * 1000 * 4 - 1)
+    assert copied((65, 1000))
+    view = np.empty((65, 1000), np.float32).T
     assert not _numpy_backend._scattered_layout(view.shape, view.strides, np.float32,
                                                 _numpy_backend._MAX_COPY_BYTES)
     assert _numpy_backend._scattered_layout(view.shape, view.strides, np.float32,
@@ -479,14 +483,16 @@ def test_numpy_segments(monkeypatch):
 
 @pytest.mark.parametrize("layout", ["copies", "views"])
 def test_numpy_parallel_layouts(monkeypatch, layout):
-    """The NumPy backend's chunked scan runs on contiguous copies for narrow time steps and
-    on strided views for wide ones: both give the reference's results, for full and
+    """The NumPy backend's chunked scan runs on contiguous copies for narrow time steps (from
+    time-major operands or time-contiguous ones as they lie) and on strided views for wide
+    ones: both give the reference's results, for full and
     time-invariant decays, decays broadcast within a step, non-finite values, complex data
     and non-contiguous outputs. Single channels are copied in tiles, here small ones that do
     not divide the chunks."""
     from cuscan import _numpy_backend
 
-    monkeypatch.setattr(_numpy_backend, "_MAX_STRIDED_ROW", np.inf if layout == "copies" else -1)
+    for limit in ("_MAX_STRIDED_ROW", "_MAX_APART_CHUNK_ROW"):
+        monkeypatch.setattr(_numpy_backend, limit, np.inf if layout == "copies" else -1)
     monkeypatch.setattr(_numpy_backend, "_TILE_BYTES", 5 * 5 * 8)
     monkeypatch.setattr(_numpy_backend, "_MIN_TILE", 1)
     # Chunks for large arrays from 50,000 elements: (4099, 40) and (65537, 2) take them.
