@@ -24,9 +24,9 @@ xp = np
 # fewer passes over memory. Where the crossover lies differs between machines, and
 # moves with the serial loop's cost per step: the limits were refitted when that
 # fell by about half (the steps taken by iteration). On the grid measured then,
-# these take at most 1.06 times the better method's time, where the former ones
+# these take at most 1.09 times the better method's time, where the former ones
 # (steps of up to 2 KiB from 48 steps and one step per 16 bytes, and of up to 3 KiB
-# from 1,024 steps) would take up to 1.67. Below _MIN_PARALLEL_LENGTH the serial
+# from 1,024 steps) would take up to 1.72. Below _MIN_PARALLEL_LENGTH the serial
 # loop is the faster on any step, and from there Hillis and Steele's scan takes the
 # narrowest ones (_MIN_DOUBLING_LENGTH).
 _MAX_PARALLEL_ROW = 1024
