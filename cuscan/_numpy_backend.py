@@ -266,10 +266,13 @@ def _scattered(view, dtype) -> bool:
     return _scattered_layout(view.shape, view.strides, dtype)
 
 
-def _scattered_layout(shape, strides, dtype, most: float = math.inf) -> bool:
+def _scattered_layout(shape, strides, dtype, most: float = math.inf,
+                      once: bool = True) -> bool:
     """`_scattered` for a time-first layout given by its ``shape`` and byte ``strides``,
     which need not be a NumPy array's (cuscan.signal asks it of framework tensors), of
-    at most ``most`` bytes in ``dtype``."""
+    at most ``most`` bytes in ``dtype``, scanned ``once``: where a copy is to serve
+    several scans (cuscan.signal's whole filters), the chunked scan's own copies from
+    the operand as it lies (_MAX_APART_CHUNK_ROW), made for each scan, do not count."""
     length = shape[0]
     if length < _MIN_SHORT_SCATTERED_LENGTH:
         return False
@@ -282,7 +285,7 @@ def _scattered_layout(shape, strides, dtype, most: float = math.inf) -> bool:
     row = math.prod(shape[1:]) * itemsize
     if stride < _CACHE_LINE or row <= _MAX_STRIDED_ROW or length * row > most:
         return False
-    if row <= _MAX_APART_CHUNK_ROW and _parallel_wins(length, row):
+    if once and row <= _MAX_APART_CHUNK_ROW and _parallel_wins(length, row):
         return False  # the chunked scan copies its chunks from the operand
     touched = math.prod(size for size, _ in axes)  # elements a step, broadcast aside
     if length < _MIN_SCATTERED_LENGTH:

@@ -86,7 +86,7 @@ class _Arrays:
         # The recurrences of a real signal's conjugate pole pairs are complex.
         if not _numpy_backend._scattered_layout([shape[i] for i in order],
                                                 [strides[i] for i in order], np.complex128,
-                                                _numpy_backend._MAX_COPY_BYTES):
+                                                _numpy_backend._MAX_COPY_BYTES, once=False):
             return None
         return self.contiguous(self.moveaxis(x, axis, 0))
 
