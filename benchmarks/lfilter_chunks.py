@@ -44,12 +44,9 @@ FILTERS = {"butter 2": scipy.signal.butter(2, 0.05), "butter 4": scipy.signal.bu
 BLOCKS = [(1, 32), (1, 256), (1, 1024), (1, 4096), (8, 1024)]
 SHORT_LENGTHS = (16, 24, 32, 48, 64, 96, 127)
 SHORT_CHANNELS = (1, 64, 1024, 4096)
-SHORT_FILTERS = {"lfilter butter 1": (signal.lfilter, scipy.signal.lfilter,
-                                      scipy.signal.butter(1, 0.1)),
-                 "lfilter butter 4": (signal.lfilter, scipy.signal.lfilter,
-                                      scipy.signal.butter(4, 0.1)),
-                 "lfilter butter 8": (signal.lfilter, scipy.signal.lfilter,
-                                      scipy.signal.butter(8, 0.1)),
+SHORT_FILTERS = {**{f"lfilter butter {order}": (signal.lfilter, scipy.signal.lfilter,
+                                                scipy.signal.butter(order, 0.1))
+                    for order in (1, 4, 8)},
                  **{f"sosfilt butter {order}": (signal.sosfilt, scipy.signal.sosfilt,
                                                 (scipy.signal.butter(order, 0.1, output="sos"),))
                     for order in (2, 16, 32)}}

@@ -278,8 +278,7 @@ def _scattered_layout(shape, strides, dtype, most: float = math.inf,
         return False
     if shape[-1] > 1 and 0 < abs(strides[-1]) < _CACHE_LINE:  # the usual case, at once
         return False
-    axes = [(size, abs(stride)) for size, stride in zip(shape[1:], strides[1:], strict=True)
-            if size > 1 and stride]
+    axes = _step_axes(shape, strides)
     stride = min((stride for _, stride in axes), default=0)
     itemsize = np.dtype(dtype).itemsize
     row = math.prod(shape[1:]) * itemsize
@@ -297,12 +296,18 @@ def _scattered_layout(shape, strides, dtype, most: float = math.inf,
             or stride % _ALIASING_STRIDE == 0 or pages > _MAX_VIEW_PAGES)
 
 
+def _step_axes(shape, strides) -> list[tuple[int, int]]:
+    """(size, absolute byte stride) of the axes a step of a time-first layout runs over:
+    those after time, but for broadcast (stride 0) and single-element ones."""
+    return [(size, abs(stride)) for size, stride in zip(shape[1:], strides[1:], strict=True)
+            if size > 1 and stride]
+
+
 def _apart(view) -> bool:
     """Whether the elements of a step of the time-first ``view`` lie a cache line or more
     apart (broadcast axes aside)."""
-    strides = [abs(stride) for size, stride in zip(view.shape[1:], view.strides[1:],
-                                                   strict=True) if size > 1 and stride]
-    return min(strides, default=0) >= _CACHE_LINE
+    axes = _step_axes(view.shape, view.strides)
+    return min((stride for _, stride in axes), default=0) >= _CACHE_LINE
 
 
 def _operand(view, dtype, keep: bool = False):
