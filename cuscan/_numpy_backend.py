@@ -245,6 +245,8 @@ def _backward(go, a, h, h0, gx, ga, start: int, stop: int, after, acc, keep: boo
     scan(_conj(a[count - 1:0:-1]), go[-2::-1], g[-1], g[-2::-1], method)
     if g is not target:
         _copy(target, g)
+        if target.dtype == acc:  # the decays' gradient then reads it in the output's layout
+            g = target
     h = h[max(start - 1, 0):stop].astype(acc, copy=False)
     ga = ga[start:stop]
     ga[0] = np.conj(h0 if start == 0 else h[0]) * g[0]
