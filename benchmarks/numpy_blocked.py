@@ -3,12 +3,15 @@
 Where the decays are constant in time and every channel's steps lie contiguous in
 memory (one channel; (C, T) along axis -1), the backend scans chunks of L steps as
 products with one L x L matrix of the decays' powers, run by BLAS on the operands
-in place, from 256 steps (`_BLOCKED_FROM`). Without it, such operands are scanned
-by the chunked or serial method, on time-major copies where the layout is
-scattered. Times `method="auto"` forward and the vector-Jacobian product with and
-without (the threshold set out of reach), alternated in one process (so a loaded
-machine slows both alike), on (channels, T) arrays along axis -1 with one decay
-per channel and with a single decay; prints blocked / without; writes
+in place, from 256 steps (`_BLOCKED_FROM`), in real dtypes (`_BLOCKED_COMPLEX`).
+Without it, such operands are scanned by the chunked or serial method, on
+time-major copies where the layout is scattered. Times `method="auto"` forward and
+the vector-Jacobian product with and without (the threshold set out of reach),
+alternated in one process (so a loaded machine slows both alike), on (channels, T)
+arrays along axis -1 with one decay per channel and with a single decay, complex
+ones with the products switched on; prints blocked / without and whether the rule
+takes the products. Then the chunk length: `_BLOCK_BYTES` of 64, 128 and 256 bytes
+on the larger shapes, each time over the chosen one's. Writes
 results/numpy_blocked.json.
 
     python -m benchmarks.numpy_blocked
@@ -27,7 +30,53 @@ from cuscan import _numpy_backend
 
 SHAPES = [(1, 256), (1, 1024), (1, 10**4), (1, 10**5), (1, 10**6), (1, 10**7), (2, 10**6),
           (8, 10**6), (64, 156_250), (512, 2048), (4096, 256), (2048, 2048), (16, 256)]
-DTYPES = (np.float32, np.float64, np.complex128)
+DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
+BLOCK_SHAPES = [(1, 10**6), (1, 10**7), (8, 10**6), (64, 156_250), (512, 2048), (2048, 2048)]
+BLOCK_BYTES = (64, 128, 256)
+
+
+def passes(rng, shape, dtype, single: bool = False) -> dict:
+    """The forward scan and its vector-Jacobian product on a (channels, T) array along
+    axis -1, with one decay per channel or a single one."""
+    x = rng.standard_normal(shape).astype(dtype)
+    a = rng.uniform(0.9, 0.999, (1 if single else shape[0], 1)).astype(dtype)
+    h = cuscan.linear_recurrence(a, x, axis=-1)
+    return {"forward": functools.partial(cuscan.linear_recurrence, a, x, axis=-1),
+            "vjp": functools.partial(cuscan.linear_recurrence_vjp, x, a, h, axis=-1)}
+
+
+def rule(shape, dtype) -> bool:
+    """Whether method auto takes the products on these operands (`_blocked_layout`)."""
+    x = np.empty(shape, dtype).T  # time first
+    return _numpy_backend._blocked_layout(np.broadcast_to(x[:1], x.shape), x, x)
+
+
+def repeats(shape) -> int:
+    return max(3, min(30, 3 * 10**6 // math.prod(shape)))
+
+
+def block_lengths(rng) -> list:
+    """Each `_BLOCK_BYTES` against the chosen one, forward and backward."""
+    chosen = _numpy_backend._BLOCK_BYTES
+    settings = {size: size for size in BLOCK_BYTES}
+    rows = []
+    print(f"\nchunk length: time / time at the chosen {chosen} bytes, forward and vjp")
+    print(f"{'shape':>12} {'dtype':>10} " + " ".join(f"{b:>11}" for b in BLOCK_BYTES)
+          + f" {'chosen (ms)':>12}")
+    for shape in BLOCK_SHAPES:
+        for dtype in DTYPES:
+            row = {"shape": list(shape), "dtype": np.dtype(dtype).name}
+            for name, function in passes(rng, shape, dtype).items():
+                best = alternated(function, _numpy_backend, "_BLOCK_BYTES", settings,
+                                  repeats(shape))
+                row[f"{name}_s"] = {str(size): best[size] for size in BLOCK_BYTES}
+            rows.append(row)
+            ratios = " ".join(
+                f"{row['forward_s'][str(b)] / row['forward_s'][str(chosen)]:>5.2f} "
+                f"{row['vjp_s'][str(b)] / row['vjp_s'][str(chosen)]:>5.2f}" for b in BLOCK_BYTES)
+            print(f"{'x'.join(map(str, shape)):>12} {np.dtype(dtype).name:>10} {ratios} "
+                  f"{row['forward_s'][str(chosen)] * 1e3:>12.2f}", flush=True)
+    return rows
 
 
 def main() -> None:
@@ -35,35 +84,43 @@ def main() -> None:
     chosen = _numpy_backend._BLOCKED_FROM
     settings = {"blocked": chosen, "without": math.inf}
     rows = []
-    print("method auto, axis -1, time blocked / without; < 1 means the blocked scan is faster")
+    print("method auto, axis -1, time blocked / without; < 1 means the blocked scan is faster;"
+          " rule: whether method auto takes it")
     print(f"{'shape':>12} {'dtype':>10} {'decays':>8} {'forward':>8} {'vjp':>6} "
-          f"{'without (ms)':>13}")
-    for shape in SHAPES:
-        for dtype in DTYPES:
-            for single in (False, True):
-                if single and shape[0] == 1:
-                    continue
-                x = rng.standard_normal(shape).astype(dtype)
-                a = rng.uniform(0.9, 0.999, (1 if single else shape[0], 1)).astype(dtype)
-                h = cuscan.linear_recurrence(a, x, axis=-1)
-                passes = {"forward": functools.partial(cuscan.linear_recurrence, a, x, axis=-1),
-                          "vjp": functools.partial(cuscan.linear_recurrence_vjp, x, a, h,
-                                                   axis=-1)}
-                repeats = max(3, min(30, 3 * 10**6 // x.size))
-                row = {"shape": list(shape), "dtype": np.dtype(dtype).name,
-                       "single_decay": single}
-                for name, function in passes.items():
-                    best = alternated(function, _numpy_backend, "_BLOCKED_FROM", settings,
-                                      repeats)
-                    row.update({f"{name}_{s}_s": best[s] for s in settings})
-                rows.append(row)
-                print(f"{'x'.join(map(str, shape)):>12} {np.dtype(dtype).name:>10} "
-                      f"{'single' if single else 'channel':>8} "
-                      f"{row['forward_blocked_s'] / row['forward_without_s']:>8.2f} "
-                      f"{row['vjp_blocked_s'] / row['vjp_without_s']:>6.2f} "
-                      f"{row['forward_without_s'] * 1e3:>13.2f}", flush=True)
-    path = write("numpy_blocked", {"environment": environment(), "blocked_from": chosen,
-                                   "rows": rows})
+          f"{'without (ms)':>13} {'rule':>5}")
+    saved = _numpy_backend._BLOCKED_COMPLEX
+    try:
+        for shape in SHAPES:
+            for dtype in DTYPES:
+                for single in (False, True):
+                    if single and shape[0] == 1:
+                        continue
+                    taken = rule(shape, dtype)
+                    _numpy_backend._BLOCKED_COMPLEX = True
+                    function = passes(rng, shape, dtype, single)
+                    row = {"shape": list(shape), "dtype": np.dtype(dtype).name,
+                           "single_decay": single, "rule": bool(taken)}
+                    for name, call in function.items():
+                        best = alternated(call, _numpy_backend, "_BLOCKED_FROM", settings,
+                                          repeats(shape))
+                        row.update({f"{name}_{s}_s": best[s] for s in settings})
+                    _numpy_backend._BLOCKED_COMPLEX = saved
+                    rows.append(row)
+                    print(f"{'x'.join(map(str, shape)):>12} {np.dtype(dtype).name:>10} "
+                          f"{'single' if single else 'channel':>8} "
+                          f"{row['forward_blocked_s'] / row['forward_without_s']:>8.2f} "
+                          f"{row['vjp_blocked_s'] / row['vjp_without_s']:>6.2f} "
+                          f"{row['forward_without_s'] * 1e3:>13.2f} "
+                          f"{'yes' if taken else 'no':>5}", flush=True)
+        _numpy_backend._BLOCKED_COMPLEX = True
+        lengths = block_lengths(rng)
+    finally:
+        _numpy_backend._BLOCKED_COMPLEX = saved
+    path = write("numpy_blocked", {
+        "environment": environment(), "blocked_from": chosen,
+        "blocked_elements_from": _numpy_backend._BLOCKED_ELEMENTS_FROM,
+        "blocked_complex": saved, "block_bytes": _numpy_backend._BLOCK_BYTES, "rows": rows,
+        "block_lengths": lengths})
     print(f"wrote {path}")
 
 

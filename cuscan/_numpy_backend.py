@@ -94,19 +94,18 @@ _WHOLE_ROWS_FROM = 4096
 # Decays constant in time turn each chunk's scan into a product with one L x L
 # matrix of their powers (see _blocked), run by BLAS on the operands in place where
 # every channel's steps are contiguous (one channel; (C, T) along axis -1), from
-# _BLOCKED_FROM steps and _BLOCKED_ELEMENTS_FROM elements. L is _BLOCK_BYTES //
-# itemsize, halved (down to _MIN_BLOCK) while a matrix per channel would hold more
-# than 1 / _BLOCK_SHARE of a channel's steps. Each product covers about
-# _BLOCK_ELEMENTS elements, so that its result is still in cache when the carries are
-# added, and at least _MIN_BLOCK_ROWS chunks of every channel: BLAS is slow on
-# smaller matrices. Against the chunked or serial method
-# (benchmarks/numpy_blocked.py), forward and backward took 0.2 to 0.9 of the time
-# from 10^6 elements (1.1 once, for one channel of 10^6 float32 taking 2.5 ms), 0.9
-# to 1.1 from 10^5, and 0.9 to 1.16 below, where Python's cost of setting up the
-# products outweighs the gain.
+# _BLOCKED_FROM steps and _BLOCKED_ELEMENTS_FROM elements, in real dtypes unless
+# _BLOCKED_COMPLEX. L is _BLOCK_BYTES // itemsize, halved (down to _MIN_BLOCK) while a
+# matrix per channel would hold more than 1 / _BLOCK_SHARE of a channel's steps. Each
+# product covers about _BLOCK_ELEMENTS elements, so that its result is still in cache
+# when the carries are added, and at least _MIN_BLOCK_ROWS chunks of every channel:
+# BLAS is slow on smaller matrices. A product costs L multiply-adds per element, four
+# times as many flops in complex: there the products took about the time of the
+# chunked or serial method, or more (benchmarks/numpy_blocked.py).
 _BLOCKED_FROM = 256
 _BLOCKED_ELEMENTS_FROM = 65536
-_BLOCK_BYTES = 256
+_BLOCKED_COMPLEX = False
+_BLOCK_BYTES = 128
 _MIN_BLOCK = 8
 _BLOCK_SHARE = 4
 _BLOCK_ELEMENTS = 65536
@@ -379,7 +378,8 @@ def scan(a, x, h0, out, method: str) -> None:
 def _blocked_layout(a, x, out) -> bool:
     """Whether the time-first operands suit `_blocked`: decays constant in time, and
     the steps of every channel of ``x`` and ``out`` contiguous, in the same direction."""
-    if not _blocks(x.shape[0], x.size) or a.strides[0] != 0:
+    if not _blocks(x.shape[0], x.size) or a.strides[0] != 0 or (
+            out.dtype.kind == "c" and not _BLOCKED_COMPLEX):
         return False
     steps = x.strides[0], out.strides[0]
     return (abs(steps[0]) == x.itemsize and abs(steps[1]) == out.itemsize

@@ -615,6 +615,7 @@ def test_numpy_blocked(monkeypatch):
     monkeypatch.setattr(_numpy_backend, "_BLOCKED_FROM", 16)
     monkeypatch.setattr(_numpy_backend, "_BLOCKED_ELEMENTS_FROM", 16)
     monkeypatch.setattr(_numpy_backend, "_BLOCK_ELEMENTS", 200)
+    monkeypatch.setattr(_numpy_backend, "_BLOCKED_COMPLEX", True)
     ran = []
     blocked = _numpy_backend._blocked
 
@@ -684,3 +685,10 @@ def test_numpy_blocked(monkeypatch):
         ran.clear()
         check(numpy, decays, data, state.astype(data.dtype), axis=-1)
         assert ran == [False]
+    # Complex operands take the chunked or serial method unless _BLOCKED_COMPLEX.
+    monkeypatch.setattr(_numpy_backend, "_BLOCKED_COMPLEX", False)
+    for dtype, expected in (("complex64", []), ("complex128", []), ("float32", [True])):
+        ran.clear()
+        check(numpy, make(rng, (3, 1), dtype, low=0.5), make(rng, (3, 300), dtype, low=-1.0),
+              axis=-1)
+        assert ran == expected, dtype
