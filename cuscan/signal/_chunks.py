@@ -73,8 +73,8 @@ _BLOCK_ELEMENTS = 16384
 # products with the powers of their decay, in blocks of _SCAN_BLOCK chunks: a product
 # costs about _SCAN_BLOCK multiply-adds per value where `linear_recurrence` costs a few
 # plus about 80 us of checks and dispatch a call. Complex, alternated in one process:
-# 1 x 1,024 chunks took 13 us against its 141, 64 x 256 121 against 269, 1 x 16,384 275
-# against 300, and 512 x 1,024 3.9 ms against 3.9; 8 x 262,144 took 27 ms against 15.
+# 1 x 1,024 chunks took 14 us against its 88, 64 x 256 110 against 243, 1 x 16,384 104
+# against 276, and 512 x 1,024 6.0 ms against 5.3; 8 x 262,144 took 26 ms against 20.
 _SCAN_BLOCK = 32
 _MATRIX_SCAN_ELEMENTS = 16384
 # A filter of higher order (`lfilter`) runs as its own recurrences: the first call with a
