@@ -16,15 +16,17 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def commit() -> str:
-    """The checked-out commit, with ``-dirty`` when the tree has changes; or
-    ``$CUSCAN_COMMIT``, for a copy of the tree without its history (a GPU machine)."""
+    """The checked-out commit, with ``-dirty`` when the tree has changes outside the
+    records (``results/``, which other benchmarks write); or ``$CUSCAN_COMMIT``, for a
+    copy of the tree without its history (a GPU machine)."""
     if os.environ.get("CUSCAN_COMMIT"):
         return os.environ["CUSCAN_COMMIT"]
     root = Path(__file__).resolve().parents[1]
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                               text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                ".", f":(exclude){RESULTS.relative_to(root).as_posix()}"],
                                cwd=root, capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
