@@ -10,8 +10,9 @@ loaded machine slows both alike), and the most memory a call holds beyond its
 inputs, the result included (tracemalloc, which NumPy reports to); prints
 segments / whole and both memories. Operands over 512 MiB, which the backend
 scanned as they lie before the segments bounded its copies, are timed in
-segments against that (the copies switched off). Writes
-results/numpy_segments.json.
+segments against that: with `_MAX_STRIDED_ROW` out of reach no time-major copy
+is made, and the chunked scan copies its chunks from the operand as it lies.
+Writes results/numpy_segments.json.
 
     python -m benchmarks.numpy_segments
 """
