@@ -609,6 +609,27 @@ def test_lfilter_transfer_function_designs(backend, design):
     assert relative_error(result, direct_form_extended(b, a, x)) <= BOUND[np.float64]
 
 
+def test_unstable_filters_overflow_as_scipy(chunk_runs):
+    """Poles outside the unit circle: the output grows until it overflows, in chunks (whose
+    decays' powers overflow to infinity rather than raising) as in SciPy's loop, within a
+    few samples of the same one, and the samples before it equal."""
+    x = np.random.default_rng(31).standard_normal((2, 40000))
+    for b, a in (([1.0], [1.0, -1.5]), ([1.0], [1.0, 2.5]), ([1.0, 0.5], [1.0, -1e5]),
+                 ([1.0], [1.0, -0.5, 3e4]), (ss.butter(3, 0.1)[0], [1.0, -2.9, 2.9, -1.05])):
+        sos = ss.tf2sos(b, a)
+        for result, expected in ((signal.lfilter(b, a, x), ss.lfilter(b, a, x)),
+                                 (signal.sosfilt(sos, x), ss.sosfilt(sos, x))):
+            lasts = []  # each row finite up to an overflow, and not from it on
+            for row in (result, expected):
+                last = np.argmin(np.isfinite(row), axis=-1)
+                assert np.all(np.isfinite(row) == (np.arange(row.shape[-1]) < last[:, None]))
+                lasts.append(last)
+            assert np.all(np.abs(lasts[0] - lasts[1]) <= 8)  # rounding moves it a little
+            both = np.isfinite(result) & np.isfinite(expected)
+            np.testing.assert_allclose(result[both], expected[both], rtol=1e-9, atol=1e-9)
+    assert chunk_runs.count(False) == 10  # each ran in chunks, and handed its infinities on
+
+
 @pytest.mark.parametrize("poles", [
     [0.75] * 6, [-0.5] * 5 + [0.875] * 3, [0.5 + 0.5j, 0.5 - 0.5j] * 4,
     [0.9375 + 0.25j, 0.9375 - 0.25j] * 3 + [0.96875] * 2,

@@ -247,8 +247,11 @@ def _matrices(sections: tuple, length: int) -> _Responses:
     stages = []
     for first, size, decay in (block for s in sections for block in s.blocks()):
         coupling = moved[-1, :first, first:first + size].T.copy()
+        # NumPy scalars, whose powers overflow to infinity (an unstable filter's) where
+        # Python's raise.
         stages.append((first, size, coupling if coupling.any() else None,
-                       complex(decay) ** length if size == 2 else float(decay.real) ** length))
+                       np.complex128(decay) ** length if size == 2
+                       else np.float64(decay.real) ** length))
     return _Responses(
         toeplitz=_toeplitz(outputs[0]), after=after, free=outputs[1:1 + width].copy(),
         moved=moved, stages=stages,
