@@ -12,9 +12,9 @@ both alike), and prints chunks / without and each time beside `scipy.signal`'s:
 2. a long signal filtered block by block with ``zi`` (streaming), by `lfilter`
    (order 4) and `sosfilt` (order 8), whose initial and final states enter and leave
    the chunks as products;
-3. the chunk length for filters whose pairs of poles run among other stages
-   (`_PAIR_CHUNK`, chosen for accuracy): its time against 32 and 64;
-4. short signals, 16 to 127 samples (from `_MIN_LENGTH`, in chunks of `_PAIR_CHUNK`
+3. the chunk length (`_CHUNK`) for filters of orders 4 and 8, whose pairs of poles run
+   among other stages: the time at 16, 32 and 128 samples against that at `_CHUNK`;
+4. short signals, 16 to 127 samples (from `_MIN_LENGTH`, in chunks of `_MIN_CHUNK`
    below twice the chunk length), one to 4,096 channels: `lfilter` on Butterworth
    designs of orders 1, 4 and 8, and `sosfilt` on orders 2, 16 and 32.
 
@@ -125,16 +125,16 @@ def main() -> None:
                             "scipy_s": scipy_s})
             _row(f"{channels}x{length} {name}", best, scipy_s)
     by_length = []
-    lengths = {str(n): n for n in (_chunks._PAIR_CHUNK, 32, 64)}
+    lengths = {str(n): n for n in sorted({16, 32, _chunks._CHUNK, 128})}
     print(f"\npairs among other stages: time at each chunk length / time at "
-          f"{_chunks._PAIR_CHUNK}; that time")
+          f"{_chunks._CHUNK}; that time")
     for shape in ((1, 10**6), (64, 156_250), (16, 4096)):
         x = rng.standard_normal(shape)
         for name in ("butter 4", "butter 8"):
             b, a = FILTERS[name]
             best = alternated(functools.partial(signal.lfilter, b, a, x), _chunks,
-                              "_PAIR_CHUNK", lengths, 3)
-            base = best[str(_chunks._PAIR_CHUNK)]
+                              "_CHUNK", lengths, 3)
+            base = best[str(_chunks._CHUNK)]
             by_length.append({"shape": list(shape), "filter": name, "seconds": best})
             print(f"{'x'.join(map(str, shape)):>12} {name:>9} "
                   + " ".join(f"{n}: {best[n] / base:.2f}" for n in lengths)
@@ -143,7 +143,7 @@ def main() -> None:
     path = write("lfilter_chunks", {"environment": environment(),
                                     "min_length": _chunks._MIN_LENGTH,
                                     "max_order": _chunks._MAX_ORDER,
-                                    "pair_chunk": _chunks._PAIR_CHUNK, "rows": rows,
+                                    "chunk": _chunks._CHUNK, "rows": rows,
                                     "streams": streams, "pair_chunk_lengths": by_length,
                                     "short": short})
     print(f"wrote {path}")

@@ -46,15 +46,27 @@ from cuscan._api import linear_recurrence
 _CHUNK = 64
 _SHORT_CHUNK = 32
 _SHORT_WIDTH = 4
-_PAIR_CHUNK = 16  # see Section.pairs
-# Used from _MIN_LENGTH samples per channel, one chunk of _PAIR_CHUNK, or as many chunks
+_MIN_CHUNK = 16
+# Used from _MIN_LENGTH samples per channel, one chunk of _MIN_CHUNK, or as many chunks
 # as SciPy's zi reaches (`fits`); a signal shorter than twice the chunk length runs in
-# chunks of _PAIR_CHUNK. From 256 samples the chunks were faster than the sections' own
+# chunks of _MIN_CHUNK. From 256 samples the chunks were faster than the sections' own
 # recurrences on every shape benchmarks/sosfilt_chunks.py measures; on 16 to 127
 # samples of 1 to 4,096 channels (benchmarks/lfilter_chunks.py, orders 1 to 32,
 # alternated in one process) they took 0.08 to 0.93 of their time, but for a
 # first-order filter on 1,024 or more channels of 32 and 48 samples (up to 1.32).
-_MIN_LENGTH = _PAIR_CHUNK
+_MIN_LENGTH = _MIN_CHUNK
+# The chunks' matrices are stepped in _WIDE precision, extended where NumPy has it (x86-64
+# and aarch64 Linux; plain double on Windows and macOS on Apple silicon), and rounded to
+# double once; their decays per chunk, the powers of the poles, are rounded once from the
+# exact powers (`_power`). Every chunk applies the same matrices and decays, so their
+# rounding adds up over the chunks of a slowly decaying response instead of averaging
+# out. Over 300 random designs of orders 1 to 6 in (b, a) form on 2,000 samples
+# (benchmarks/signal_accuracy.py's), in chunks of 64, 223 are within 1e-8 of the RMS
+# (all 199 of those SciPy's result is within) and the median error is 2.1e-13; with the
+# matrices and decays rounded at every step 215 were (198 of the 199), median 6.1e-13,
+# and in chunks of 16, as filters with pairs among other stages ran, 217 (all 199),
+# median 5.9e-13. See also Section.pairs.
+_WIDE = np.longdouble
 # A single section over steps of more than _MAX_APART_WIDTH channels whose samples lie
 # apart (such as (T, C) along axis 0) runs faster as its own recurrences over
 # time-major steps than copied (benchmarks/sosfilt_chunks.py).
@@ -97,7 +109,7 @@ def fits(shape: tuple, strides: tuple, itemsize: int, axis: int,
     that layout (byte ``strides``): with enough samples along ``axis``, for an order up to
     _MAX_ORDER, and unless a step's samples lie apart (copied to adjacent ones and back)
     in more than _MAX_APART_WIDTH channels for a single section. Enough samples: at
-    least _MIN_LENGTH, and chunks of _PAIR_CHUNK over the ``order`` samples SciPy's zi
+    least _MIN_LENGTH, and chunks of _MIN_CHUNK over the ``order`` samples SciPy's zi
     enters (`cascade`)."""
     if sections is None:
         sections = (order + 1) // 2
@@ -105,7 +117,7 @@ def fits(shape: tuple, strides: tuple, itemsize: int, axis: int,
         return False
     length, size = shape[axis], math.prod(shape)
     apart = abs(strides[axis]) != itemsize and size > length
-    return length >= max(_MIN_LENGTH, _PAIR_CHUNK * -(-order // _PAIR_CHUNK)) and not (
+    return length >= max(_MIN_LENGTH, _MIN_CHUNK * -(-order // _MIN_CHUNK)) and not (
         apart and sections == 1 and size > _MAX_APART_WIDTH * length)
 
 
@@ -119,12 +131,12 @@ class Section:
         self.kind, self.b, self.a, self.offset = kind, b, a, offset
         self.__dict__.update(form)
         self.order = max(b.size, a.size) - 1  # SciPy's state: that many numbers
-        # A pair among other stages gives its output as Re(v) + Re(p) / Im(p) Im(v), and
-        # the chunks' recurrence steps Im(v) by Im(p ** L) Re(v), so that the rounding of
-        # Im(v), which Re(p) / Im(p) magnifies, grows with L: the order-10 elliptic
-        # band-stop design of test_lfilter_transfer_function_designs is 2.8e-8 of the RMS
-        # off at L = 64, 1.1e-8 at 32 and 1.9e-9 at 16, and 2.3e-9 as recurrences. A
-        # cascade with such pairs runs in chunks of _PAIR_CHUNK.
+        # A pair among other stages gives its output as Re(v) + Re(p) / Im(p) Im(v), which
+        # magnifies the rounding of Im(v). Where `_matrices` round at every step (no
+        # extended precision), the order-10 elliptic band-stop design of
+        # test_lfilter_transfer_function_designs is 2.7e-8 of the RMS off in chunks of 64
+        # and 1.9e-9 in chunks of 16, so a cascade with such pairs runs in chunks of
+        # _MIN_CHUNK there; built in extended precision, 8.2e-10 in chunks of 64.
         self.pairs = kind == "poles" and any(isinstance(p, complex) for p in form["poles"])
         self.width = 2 if kind == "pair" else b.size - 1 + sum(
             2 if isinstance(p, complex) else 1 for p in form["poles"])
@@ -220,15 +232,15 @@ def _matrices(sections: tuple, length: int) -> _Responses:
       and a row of ones (the chunk's sum), and ``stages``, the chunk-level recurrences
       `_solve` runs: per diagonal block of the ``length``-step transition, its first
       state, size, coupling to the states before it (None where there is none) and
-      decay.
+      decay per chunk, the double nearest ``p ** length`` (`_power`).
     """
     width, count = sum(s.width for s in sections), len(sections)
     rows = 1 + width + count  # the impulse, the unit states, the units injected
-    signal = np.zeros((rows, length))
+    signal = np.zeros((rows, length), _WIDE)
     signal[0, 0] = 1.0
-    state = np.zeros((rows, width))
+    state = np.zeros((rows, width), _WIDE)
     state[1:1 + width] = np.eye(width)
-    inject = np.zeros((count, rows))
+    inject = np.zeros((count, rows), _WIDE)
     inject[:, 1 + width:] = np.eye(count)
     states = np.empty((length, rows, width))
     outputs = np.empty((rows, length))
@@ -247,11 +259,8 @@ def _matrices(sections: tuple, length: int) -> _Responses:
     stages = []
     for first, size, decay in (block for s in sections for block in s.blocks()):
         coupling = moved[-1, :first, first:first + size].T.copy()
-        # NumPy scalars, whose powers overflow to infinity (an unstable filter's) where
-        # Python's raise.
         stages.append((first, size, coupling if coupling.any() else None,
-                       np.complex128(decay) ** length if size == 2
-                       else np.float64(decay.real) ** length))
+                       _power(complex(decay) if size == 2 else float(decay.real), length)))
     return _Responses(
         toeplitz=_toeplitz(outputs[0]), after=after, free=outputs[1:1 + width].copy(),
         moved=moved, stages=stages,
@@ -265,6 +274,26 @@ def _ends(after: np.ndarray, steps: int) -> np.ndarray:
     """The state at the end of ``steps`` samples per sample (steps, width), from the
     states an impulse leaves (`_matrices`): sample i has steps - 1 - i steps to go."""
     return after[steps - 1::-1] if steps else after[:0]
+
+
+def _power(p, n: int):
+    """``p ** n`` (a float or complex ``p``) rounded to the nearest double (each part), from
+    the exact power in integers, as a NumPy scalar (whose powers overflow to infinity, as
+    an unstable filter's do)."""
+    (re, re_scale), (im, im_scale) = p.real.as_integer_ratio(), p.imag.as_integer_ratio()
+    scale = max(re_scale, im_scale)  # powers of two: p = (re + i im) / scale
+    re, im = re * (scale // re_scale), im * (scale // im_scale)
+    power_re, power_im, power_scale, bits = 1, 0, 1, n
+    while bits:
+        if bits & 1:
+            power_re, power_im = power_re * re - power_im * im, power_re * im + power_im * re
+            power_scale *= scale
+        re, im, scale, bits = re * re - im * im, 2 * re * im, scale * scale, bits >> 1
+    try:
+        parts = power_re / power_scale, power_im / power_scale  # correctly rounded
+    except OverflowError:  # beyond the largest double
+        return np.float64(p) ** n if isinstance(p, float) else np.complex128(p) ** n
+    return np.float64(parts[0]) if isinstance(p, float) else np.complex128(complex(*parts))
 
 
 def _solve(ends: np.ndarray, stages) -> None:
@@ -335,8 +364,9 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
         raise ValueError("a cascade runs backward in time from rest only")
     width, count = sum(s.width for s in sections), len(sections)
     size = _SHORT_CHUNK if width <= _SHORT_WIDTH else _CHUNK
-    if any(s.pairs for s in sections) or x.shape[axis] < 2 * size:
-        size = min(size, _PAIR_CHUNK)
+    if x.shape[axis] < 2 * size or (any(s.pairs for s in sections)
+                                    and np.finfo(_WIDE).eps == np.finfo(np.float64).eps):
+        size = min(size, _MIN_CHUNK)
     signal = _moved(x, axis, -1)
     apart = signal.strides[-1] != signal.itemsize
     pieces = _segments(signal.shape, size) if apart else []
