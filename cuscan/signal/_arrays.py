@@ -31,7 +31,7 @@ def namespace(operands: dict[str, object]):
 
         viewed = {name: _interchange.to_array(v) for name, v in operands.items()}
         return _Arrays(_backend.select(viewed).xp, _interchange.to_array)
-    return _Arrays(_backend.select(operands).xp)
+    return _Arrays(_backend.backend_of(lib).xp)
 
 
 class _Arrays:
