@@ -55,8 +55,9 @@ _MIN_CHUNK = 16
 # alternated in one process) they took 0.08 to 0.93 of their time, but for a
 # first-order filter on 1,024 or more channels of 32 and 48 samples (up to 1.32).
 _MIN_LENGTH = _MIN_CHUNK
-# The chunks' matrices are stepped in _WIDE precision, extended where NumPy has it (x86-64
-# and aarch64 Linux; plain double on Windows and macOS on Apple silicon), and rounded to
+# The chunks' matrices are stepped in _WIDE precision, wider than double where NumPy's long
+# double is (80-bit extended on x86-64 Linux; quad precision in software on aarch64 Linux,
+# slower to build; plain double on Windows and macOS on Apple silicon), and rounded to
 # double once; their decays per chunk, the powers of the poles, are rounded once from the
 # exact powers (`_power`). Every chunk applies the same matrices and decays, so their
 # rounding adds up over the chunks of a slowly decaying response instead of averaging
