@@ -691,7 +691,7 @@ def test_unstable_filters_overflow_as_scipy(chunk_runs):
             assert np.all(np.abs(lasts[0] - lasts[1]) <= 8)  # rounding moves it a little
             both = np.isfinite(result) & np.isfinite(expected)
             np.testing.assert_allclose(result[both], expected[both], rtol=1e-9, atol=1e-9)
-    assert chunk_runs.count(False) == 10  # each ran in chunks, and handed its infinities on
+    assert chunk_runs.count(False) == 10  # each met the chunks, which hand it to recurrences
 
 
 @pytest.mark.parametrize("poles", [
