@@ -26,6 +26,8 @@ def library(value: object) -> str | None:
     Series and DataFrames have) and that DLPack or CUDA's interface cannot view
     count as NumPy's.
     """
+    if type(value) is np.ndarray:
+        return "numpy"
     if value is None or isinstance(value, (*_PYTHON_SCALARS, np.generic, list, tuple, range)):
         return None
     module = type(value).__module__.partition(".")[0]

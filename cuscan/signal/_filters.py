@@ -402,10 +402,10 @@ class _OnHost:
     @property
     def stack(self) -> tuple[int, int]:
         """SciPy's zi stacked by filter: (filters, the length of each one's state)."""
-        coefficients = self._coefficients
-        if len(coefficients) == 1:
-            return len(coefficients[0]), 2
-        return 1, max(c.size for c in coefficients) - 1
+        item = np.dtype(np.float64).itemsize
+        if len(self.design) == 1:  # rows of 6
+            return len(self.design[0]) // (6 * item), 2
+        return 1, max(len(c) for c in self.design) // item - 1
 
     @property
     def size(self) -> dict:
@@ -890,7 +890,7 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
     if not fits:
         raise ValueError(f"`zi` must have shape {expected} (x's shape with axis {axis} of "
                          f"length {order}; other dimensions may be 1); got {shape}")
-    return ns.broadcast_to(zi, expected)
+    return zi if shape == expected else ns.broadcast_to(zi, expected)
 
 
 @public
