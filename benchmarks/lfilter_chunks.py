@@ -16,7 +16,15 @@ both alike), and prints chunks / without and each time beside `scipy.signal`'s:
    among other stages: the time at 16, 32 and 128 samples against that at `_CHUNK`;
 4. short signals, 16 to 127 samples (from `_MIN_LENGTH`, in chunks of `_MIN_CHUNK`
    below twice the chunk length), one to 4,096 channels: `lfilter` on Butterworth
-   designs of orders 1, 4 and 8, and `sosfilt` on orders 2, 16 and 32.
+   designs of orders 1, 4 and 8, and `sosfilt` on orders 2, 16 and 32 (in chunks, not
+   as one product);
+5. the same filters with ``zi`` called again and again on blocks of 16 to 256 samples of
+   one to 256 channels, as a stream is: one product with the cascade's matrices for
+   the block's length (`_direct`, for every shape here) against the chunks, whether
+   `_chunks`' rule takes the product there, and the second call's time, which builds
+   the matrices.
+
+Sections 1 to 3 run as a user's calls do, short blocks of a stream as one product.
 
 Writes results/lfilter_chunks.json.
 
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 
 import numpy as np
 import scipy.signal
@@ -51,6 +60,8 @@ SHORT_FILTERS = {**{f"lfilter butter {order}": (signal.lfilter, scipy.signal.lfi
                                                 (scipy.signal.butter(order, 0.1, output="sos"),))
                     for order in (2, 16, 32)}}
 SETTINGS = {"chunks": _chunks._MIN_LENGTH, "without": math.inf}
+DIRECT_LENGTHS = (16, 32, 64, 128, 192, 256)
+DIRECT_CHANNELS = (1, 16, 256)
 
 
 def _streamed(function, blocks: list, zi):
@@ -82,6 +93,53 @@ def _short(rng, header: str) -> list:
                              "chunks_s": best["chunks"], "without_s": best["without"],
                              "scipy_s": scipy_s})
                 _row(f"{channels}x{length} {name}", best, scipy_s)
+    return rows
+
+
+def _zi(name: str, design: tuple, channels: int) -> np.ndarray:
+    """Zeros in SciPy's zi layout for a filter of `SHORT_FILTERS` over (channels, T)."""
+    if name.startswith("sosfilt"):
+        return np.zeros((len(design[0]), channels, 2))
+    return np.zeros((channels, max(map(len, design)) - 1))
+
+
+def _direct(rng) -> list:
+    """Blocks of a stream: one product against the chunks, each / scipy.signal."""
+    rows = []
+    print("\nblocks with zi, along axis -1: product / chunks, and each / scipy.signal; "
+          "the rule's choice; the second call (building the matrices) / chunks")
+    print(f"{'':>28} {'product/chunks':>15} {'product/scipy':>14} {'chunks/scipy':>13} "
+          f"{'rule':>8} {'build/chunks':>13}")
+    for length in DIRECT_LENGTHS:
+        for channels in DIRECT_CHANNELS:
+            x = rng.standard_normal((channels, length))
+            repeats = max(5, min(200, 2 * 10**5 // x.size))
+            for name, (ours, theirs, design) in SHORT_FILTERS.items():
+                zi = _zi(name, design, channels)
+                call = functools.partial(ours, *design, x, zi=zi)
+                _chunks._direct_kept.clear()
+                call()
+                start = time.perf_counter()
+                call()
+                build_s = time.perf_counter() - start
+                rule = bool(_chunks._direct_kept) and all(
+                    kept is not None for kept in _chunks._direct_kept.values())
+                saved = _chunks._DIRECT_WORK
+                _chunks._DIRECT_WORK = math.inf  # the product for every shape here
+                try:
+                    best = alternated(call, _chunks, "_DIRECT_LENGTH",
+                                      {"product": max(DIRECT_LENGTHS), "chunks": 0}, repeats)
+                finally:
+                    _chunks._DIRECT_WORK = saved
+                scipy_s = best_time(functools.partial(theirs, *design, x, zi=zi), repeats)
+                rows.append({"shape": [channels, length], "filter": name,
+                             "product_s": best["product"], "chunks_s": best["chunks"],
+                             "scipy_s": scipy_s, "rule": rule, "build_s": build_s})
+                print(f"{channels}x{length} {name:>20} "
+                      f"{best['product'] / best['chunks']:>15.2f} "
+                      f"{best['product'] / scipy_s:>14.2f} {best['chunks'] / scipy_s:>13.2f} "
+                      f"{'product' if rule else 'chunks':>8} "
+                      f"{build_s / best['chunks']:>13.1f}", flush=True)
     return rows
 
 
@@ -139,13 +197,22 @@ def main() -> None:
             print(f"{'x'.join(map(str, shape)):>12} {name:>9} "
                   + " ".join(f"{n}: {best[n] / base:.2f}" for n in lengths)
                   + f"   {base * 1e3:.2f} ms", flush=True)
-    short = _short(rng, header)
+    saved = _chunks._DIRECT_LENGTH
+    _chunks._DIRECT_LENGTH = 0  # in chunks
+    try:
+        short = _short(rng, header)
+    finally:
+        _chunks._DIRECT_LENGTH = saved
+    direct = _direct(rng)
     path = write("lfilter_chunks", {"environment": environment(),
                                     "min_length": _chunks._MIN_LENGTH,
                                     "max_order": _chunks._MAX_ORDER,
                                     "chunk": _chunks._CHUNK, "rows": rows,
                                     "streams": streams, "pair_chunk_lengths": by_length,
-                                    "short": short})
+                                    "short": short, "direct": direct,
+                                    "direct_rule": {"length": _chunks._DIRECT_LENGTH,
+                                                    "work": _chunks._DIRECT_WORK,
+                                                    "any": _chunks._DIRECT_ANY}})
     print(f"wrote {path}")
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import collections
 import warnings
+from functools import partial
 
 import numpy as np
 import pytest
 
 from cuscan import signal
+from cuscan.signal import _chunks
 from tests.conftest import require
 from tests.reference import EXTENDED, direct_form_extended, gustafsson_exact
 
@@ -26,6 +29,7 @@ BANDS = [
 ]
 # Documented bounds: max |error| / RMS of the signal.
 BOUND = {np.float64: 1e-8, np.float32: 5e-3}
+DIRECT_LENGTH = _chunks._DIRECT_LENGTH
 
 
 def relative_error(result, expected) -> float:
@@ -62,9 +66,10 @@ def test_sosfilt_any_axis_and_complex(backend, axis):
 def chunk_runs(monkeypatch):
     """Whether each call of `_chunks.cascade` ran (True) or declined (False), with the
     output formed a few chunks at a time and chunk-level scans both as products, in
-    blocks of a few chunks, and by `linear_recurrence`."""
-    from cuscan.signal import _chunks
-
+    blocks of a few chunks, and by `linear_recurrence`; never as one product
+    (`test_direct_products`)."""
+    monkeypatch.setattr(_chunks, "_DIRECT_LENGTH", 0)
+    monkeypatch.setattr(_chunks, "_direct_kept", collections.OrderedDict())
     monkeypatch.setattr(_chunks, "_BLOCK_ELEMENTS", 200)
     monkeypatch.setattr(_chunks, "_SCAN_BLOCK", 4)
     monkeypatch.setattr(_chunks, "_MATRIX_SCAN_ELEMENTS", 40)
@@ -203,6 +208,86 @@ def test_chunks_short_signals(chunk_runs):
         result = signal.sosfiltfilt(sos, x, padlen=min(length - 1, 10))
         assert relative_error(result, ss.sosfiltfilt(sos, x, padlen=min(length - 1, 10))) \
             <= 1e-12, length
+
+
+def test_direct_products(monkeypatch, chunk_runs):
+    """From the second call with a filter and a short length, the cascade is one product
+    with its matrices for that length (the chunks' own steps would fail): `lfilter` with
+    zi and zf, `sosfilt`, and `filtfilt` and `sosfiltfilt`, whose backward passes take the
+    transposed matrix, along any axis and on reversed views, as the chunks and SciPy give
+    them. A non-finite sample or state falls back to the recurrences, which carry it as
+    SciPy does; many channels of 256 samples run in chunks; the last few matrices are
+    kept."""
+    ran = chunk_runs
+    monkeypatch.setattr(_chunks, "_DIRECT_LENGTH", DIRECT_LENGTH)
+    rng = np.random.default_rng(33)
+    b, a = ss.cheby1(6, 1, 0.2)
+    fir = ss.firwin(17, 0.2), np.ones(1)
+    sos = ss.ellip(6, 1, 60, (0.2, 0.3), "bandstop", output="sos")
+    for shape, axis in (((16,), 0), ((3, 100), -1), ((100, 3), 0), ((2, 37, 3), 1),
+                        ((256,), 0)):
+        x = np.flip(rng.standard_normal(shape), axis)
+        zi, zt, zs = (rng.standard_normal(lead + shape[:axis % len(shape)] + (order,)
+                                          + shape[axis % len(shape) + 1:])
+                      for lead, order in (((), 6), ((), 16), ((len(sos),), 2)))
+        calls = {"lfilter": (partial(signal.lfilter, b, a, x, axis=axis, zi=zi),
+                             ss.lfilter(b, a, x, axis=axis, zi=zi)),
+                 "sosfilt": (partial(signal.sosfilt, sos, x, axis=axis, zi=zs),
+                             ss.sosfilt(sos, x, axis=axis, zi=zs))}
+        if shape[axis] >= 16 * 2:
+            calls["fir"] = (partial(signal.lfilter, *fir, x, axis=axis, zi=zt),
+                            ss.lfilter(*fir, x, axis=axis, zi=zt))
+        if 39 < shape[axis] < 200:  # padded to at most 256 samples
+            calls["filtfilt"] = (partial(signal.filtfilt, b, a, x, axis=axis),
+                                 ss.filtfilt(b, a, x, axis=axis))
+            calls["sosfiltfilt"] = (partial(signal.sosfiltfilt, sos, x, axis=axis),
+                                    ss.sosfiltfilt(sos, x, axis=axis))
+        for name, (function, expected) in calls.items():
+            _chunks._direct_kept.clear()
+            first = function()
+            second = function()  # builds the matrices, in chunks
+            assert all(isinstance(kept, tuple) for kept in _chunks._direct_kept.values())
+            ran.clear()
+            with monkeypatch.context() as m:
+                m.setattr(_chunks, "_output", None)
+                third = function()
+            assert ran, (name, shape)
+            assert all(ran), (name, shape)
+            for got, built, want, chunks in zip(*(v if isinstance(v, tuple) else (v,) for v in
+                                                  (third, second, expected, first)), strict=True):
+                assert got.shape == want.shape, (name, shape)
+                assert got.flags.c_contiguous == chunks.flags.c_contiguous, (name, shape)
+                scale = np.sqrt(np.mean(want ** 2))
+                assert np.max(np.abs(got - want)) <= 1e-10 * scale, (name, shape, axis)
+                assert np.max(np.abs(got - chunks)) <= 1e-12 * scale, (name, shape, axis)
+                np.testing.assert_array_equal(got, built)
+    x = rng.standard_normal((2, 64))
+    zi = rng.standard_normal((len(sos), 2, 2))
+    signal.sosfilt(sos, x, zi=zi)
+    signal.sosfilt(sos, x, zi=zi)
+    for bad in (np.nan, np.inf):
+        y, state = x.copy(), zi.copy()
+        y[1, 5] = bad
+        state[0, 0, 1] = bad
+        for args in ((y, zi), (x, state)):
+            ran.clear()
+            result, zf = signal.sosfilt(sos, args[0], zi=args[1])
+            expected, expected_zf = ss.sosfilt(sos, args[0], zi=args[1])
+            assert ran == [False]
+            np.testing.assert_array_equal(np.isfinite(result), np.isfinite(expected))
+            np.testing.assert_array_equal(np.isfinite(zf), np.isfinite(expected_zf))
+            both = np.isfinite(result)
+            np.testing.assert_allclose(result[both], expected[both], rtol=1e-10, atol=1e-12)
+    _chunks._direct_kept.clear()
+    x = rng.standard_normal((64, 256))  # 64 x 256 ** 2 multiply-adds: in chunks
+    for _ in range(3):
+        assert relative_error(signal.sosfilt(sos, x), ss.sosfilt(sos, x)) <= 1e-10
+    assert not _chunks._direct_kept
+    monkeypatch.setattr(_chunks, "_DIRECT_KEPT", 2)
+    for length in (20, 20, 21, 21, 22):  # marked, built, ...; 20's evicted at 22
+        signal.sosfilt(sos, rng.standard_normal(length))
+    assert [(key[1], type(kept)) for key, kept in _chunks._direct_kept.items()] == [
+        (21, tuple), (22, type(None))]
 
 
 def test_chunks_in_segments(monkeypatch, chunk_runs):

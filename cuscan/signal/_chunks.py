@@ -31,8 +31,10 @@ outputs that state gives with no input).
 
 from __future__ import annotations
 
+import collections
 import functools
 import math
+import threading
 
 import numpy as np
 
@@ -90,6 +92,17 @@ _BLOCK_ELEMENTS = 16384
 # against 276, and 512 x 1,024 6.0 ms against 5.3; 8 x 262,144 took 26 ms against 20.
 _SCAN_BLOCK = 32
 _MATRIX_SCAN_ELEMENTS = 16384
+# A signal of at most _DIRECT_LENGTH samples per channel is filtered as one product with
+# the cascade's matrices for its length (`_direct`), from the second call with that filter
+# and length on (blocks of a stream), where its channels x length ** 2 multiply-adds are
+# fewer than _DIRECT_WORK or it is at most _DIRECT_ANY samples long. Against the chunks
+# (benchmarks/lfilter_chunks.py), a call on one channel of up to 256 samples takes 0.3 to
+# 0.6 of the time; a chunk's steps cost tens of microseconds of Python each, the product
+# a few. The last _DIRECT_KEPT matrices are kept, each of (length + state) ** 2 numbers.
+_DIRECT_LENGTH = 256
+_DIRECT_WORK = 1 << 20
+_DIRECT_ANY = 64
+_DIRECT_KEPT = 16
 # A filter of higher order (`lfilter`) runs as its own recurrences: the first call with a
 # filter builds its matrices in time growing with the square of its order (about 7 ms
 # for 64 taps, 100 ms for 256).
@@ -348,7 +361,7 @@ def _powers(decay, count: int) -> np.ndarray:
 
 
 def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False,
-            out: np.ndarray | None = None, keep_state: bool = False):
+            out: np.ndarray | None = None, keep_state: bool = False, direct: bool = True):
     """The ``sections`` (`Section`) over ``x`` (see `applies`) along ``axis``, from SciPy's
     ``zi`` or rest; returns ``(y, zf)`` (zf None without zi unless ``keep_state``), or
     None where a sample or a state is not finite: the sections' recurrences then carry
@@ -360,9 +373,17 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     Where ``reverse``, the cascade runs from rest (no ``zi``) backward in time, as on the
     flipped signal with the output flipped back, without those copies: the chunks are
     then cut from the end, and each one's products taken with the flipped matrices (a
-    Toeplitz matrix flipped both ways is its transpose)."""
+    Toeplitz matrix flipped both ways is its transpose).
+
+    A short signal is one product instead where ``direct`` and `_direct` has the matrix."""
     if reverse and zi is not None:
         raise ValueError("a cascade runs backward in time from rest only")
+    length = x.shape[axis]
+    if direct and length <= _DIRECT_LENGTH and not (reverse and keep_state) and (
+            length <= _DIRECT_ANY or x.size * length < _DIRECT_WORK):
+        matrices = _direct(sections, length)
+        if matrices is not None:
+            return _product(matrices, x, axis, zi, reverse, out, keep_state)
     width, count = sum(s.width for s in sections), len(sections)
     size = _SHORT_CHUNK if width <= _SHORT_WIDTH else _CHUNK
     if x.shape[axis] < 2 * size or (any(s.pairs for s in sections)
@@ -436,6 +457,89 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     zf = np.stack([state[:, s.offset:s.offset + s.width] @ final
                    for s, final in zip(sections, m.final, strict=True)])
     return y, _moved(zf.reshape(count, *batch, zf.shape[-1]), -1, 1 + axis)
+
+
+_direct_kept: collections.OrderedDict = collections.OrderedDict()
+_direct_lock = threading.Lock()
+
+
+def _direct(sections: tuple, length: int) -> tuple | None:
+    """The cascade's matrices over ``length`` samples (`_direct_matrices`), from the second
+    call with these ``sections`` and ``length`` on (the first only marks them, so that one
+    call on a signal of a new length does not pay for building them); None before, and
+    where they are not finite."""
+    key = (sections, length)
+    with _direct_lock:
+        if key not in _direct_kept:
+            _direct_kept[key] = None
+            if len(_direct_kept) > _DIRECT_KEPT:
+                _direct_kept.popitem(last=False)
+            return None
+        _direct_kept.move_to_end(key)
+        matrices = _direct_kept[key]
+    if matrices is None:
+        matrices = _direct_matrices(sections, length)
+        with _direct_lock:
+            if key in _direct_kept:
+                _direct_kept[key] = matrices
+    return matrices or None
+
+
+def _direct_matrices(sections: tuple, length: int) -> tuple | bool:
+    """The cascade over ``length`` samples as matrices of its input, SciPy's zi (its
+    sections' states one after the other, ``n`` numbers) and then the samples, to the
+    output, ``(n + length, length)``, and to zf packed alike, ``(n + length, n)``; with the
+    number of sections. Computed in chunks, from unit samples and unit states; False where
+    a response is not finite."""
+    done = cascade(sections, np.eye(length), 1, None, keep_state=True, direct=False)
+    if not done:
+        return False
+    y, zf = done  # (length, length) and (sections, length, order)
+    count, order = zf.shape[0], zf.shape[-1]
+    n = count * order
+    units = np.eye(n).reshape(n, count, order).transpose(1, 0, 2)
+    done = cascade(sections, np.zeros((n, length)), 1, units, direct=False) if n else (
+        np.zeros((0, length)), np.zeros((count, 0, order)))
+    if not done:
+        return False
+    free, last = done
+    outputs = np.concatenate([free, y])
+    finals = np.concatenate([last.transpose(1, 0, 2).reshape(n, n),
+                             zf.transpose(1, 0, 2).reshape(length, n)])
+    return outputs, finals, count
+
+
+def _product(matrices: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
+             out: np.ndarray | None, keep_state: bool):
+    """`cascade` as one product with `_direct_matrices`' ``matrices`` for ``x``'s length
+    (backward in time: the output's transposed, the filter's Toeplitz matrix flipped both
+    ways); None where a sample, a state or an output is not finite."""
+    outputs, finals, count = matrices
+    n = finals.shape[1]
+    signal = _moved(x, axis, -1)
+    batch, length = signal.shape[:-1], signal.shape[-1]
+    rows = math.prod(batch)
+    signal = signal.reshape(rows, length)
+    inputs = slice(n, None)  # the matrices' rows for the samples alone
+    if zi is not None:
+        zi = _moved(zi, 1 + axis, -1).reshape(count, rows, n // count)
+        signal = np.concatenate([zi.transpose(1, 0, 2).reshape(rows, n), signal], axis=1)
+        inputs = slice(None)
+    if not np.isfinite(signal).all():
+        return None
+    y = signal @ (outputs[n:].T if reverse else outputs[inputs])
+    if not np.isfinite(y).all():
+        return None
+    y = _moved(y.reshape(*batch, length), -1, axis)
+    if out is not None:
+        y = _numpy_backend._copy(out, y)
+    elif not y.flags.c_contiguous:
+        y = np.ascontiguousarray(y)
+    if zi is None and not keep_state:
+        return y, None
+    zf = np.ascontiguousarray(
+        (signal @ finals[inputs]).reshape(rows, count, n // count).transpose(1, 0, 2))
+    return y, _moved(zf.reshape(count, *batch, n // count), -1, 1 + axis)
 
 
 def _segments(shape: tuple, size: int) -> list[tuple[int, int]]:
