@@ -21,8 +21,8 @@ both alike), and prints chunks / without and each time beside `scipy.signal`'s:
 5. the same filters with ``zi`` called again and again on blocks of 16 to 256 samples of
    one to 256 channels, as a stream is: one product with the cascade's matrices for
    the block's length (`_direct`, for every shape here) against the chunks, whether
-   `_chunks`' rule takes the product there, and the second call's time, which builds
-   the matrices.
+   `_chunks`' rule takes the product there, and the time of the call that builds the
+   matrices (after `_DIRECT_AFTER` calls in chunks).
 
 Sections 1 to 3 run as a user's calls do, short blocks of a stream as one product.
 
@@ -107,7 +107,7 @@ def _direct(rng) -> list:
     """Blocks of a stream: one product against the chunks, each / scipy.signal."""
     rows = []
     print("\nblocks with zi, along axis -1: product / chunks, and each / scipy.signal; "
-          "the rule's choice; the second call (building the matrices) / chunks")
+          "the rule's choice; the call building the matrices / chunks")
     print(f"{'':>28} {'product/chunks':>15} {'product/scipy':>14} {'chunks/scipy':>13} "
           f"{'rule':>8} {'build/chunks':>13}")
     for length in DIRECT_LENGTHS:
@@ -118,12 +118,13 @@ def _direct(rng) -> list:
                 zi = _zi(name, design, channels)
                 call = functools.partial(ours, *design, x, zi=zi)
                 _chunks._direct_kept.clear()
-                call()
+                for _ in range(_chunks._DIRECT_AFTER):
+                    call()
                 start = time.perf_counter()
                 call()
                 build_s = time.perf_counter() - start
                 rule = bool(_chunks._direct_kept) and all(
-                    kept is not None for kept in _chunks._direct_kept.values())
+                    isinstance(kept, tuple) for kept in _chunks._direct_kept.values())
                 saved = _chunks._DIRECT_WORK
                 _chunks._DIRECT_WORK = math.inf  # the product for every shape here
                 try:

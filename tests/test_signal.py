@@ -245,7 +245,8 @@ def test_direct_products(monkeypatch, chunk_runs):
         for name, (function, expected) in calls.items():
             _chunks._direct_kept.clear()
             first = function()
-            second = function()  # builds the matrices, in chunks
+            for _ in range(_chunks._DIRECT_AFTER):
+                second = function()  # the last builds the matrices, in chunks
             assert all(isinstance(kept, tuple) for kept in _chunks._direct_kept.values())
             ran.clear()
             with monkeypatch.context() as m:
@@ -263,8 +264,8 @@ def test_direct_products(monkeypatch, chunk_runs):
                 np.testing.assert_array_equal(got, built)
     x = rng.standard_normal((2, 64))
     zi = rng.standard_normal((len(sos), 2, 2))
-    signal.sosfilt(sos, x, zi=zi)
-    signal.sosfilt(sos, x, zi=zi)
+    for _ in range(1 + _chunks._DIRECT_AFTER):
+        signal.sosfilt(sos, x, zi=zi)
     for bad in (np.nan, np.inf):
         y, state = x.copy(), zi.copy()
         y[1, 5] = bad
@@ -284,10 +285,16 @@ def test_direct_products(monkeypatch, chunk_runs):
         assert relative_error(signal.sosfilt(sos, x), ss.sosfilt(sos, x)) <= 1e-10
     assert not _chunks._direct_kept
     monkeypatch.setattr(_chunks, "_DIRECT_KEPT", 2)
-    for length in (20, 20, 21, 21, 22):  # marked, built, ...; 20's evicted at 22
+    for length in (20, 21, 21, 21, 22):  # counted, ..., built; 20's evicted at 22
         signal.sosfilt(sos, rng.standard_normal(length))
-    assert [(key[1], type(kept)) for key, kept in _chunks._direct_kept.items()] == [
-        (21, tuple), (22, type(None))]
+    assert [(key[1], kept) if isinstance(kept, collections.Counter) else (key[1], "built")
+            for key, kept in _chunks._direct_kept.items()] == [(21, "built"), (22, {False: 1})]
+    _chunks._direct_kept.clear()
+    x = rng.standard_normal(100)
+    signal.sosfiltfilt(sos, x, padlen=20)  # two passes forward, the second on a flipped view
+    assert list(_chunks._direct_kept.values()) == [{False: 2}]
+    signal.sosfiltfilt(sos, x, padlen=20)
+    assert all(isinstance(kept, tuple) for kept in _chunks._direct_kept.values())
 
 
 def test_chunks_in_segments(monkeypatch, chunk_runs):

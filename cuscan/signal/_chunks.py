@@ -93,9 +93,9 @@ _BLOCK_ELEMENTS = 16384
 _SCAN_BLOCK = 32
 _MATRIX_SCAN_ELEMENTS = 16384
 # A signal of at most _DIRECT_LENGTH samples per channel is filtered as one product with
-# the cascade's matrices for its length (`_direct`), from the second call with that filter
-# and length on (blocks of a stream), where its channels x length ** 2 multiply-adds are
-# fewer than _DIRECT_WORK or it is at most _DIRECT_ANY samples long. Against the chunks
+# the cascade's matrices for its length (`_direct`), after _DIRECT_AFTER calls with that
+# filter and length (blocks of a stream), where its channels x length ** 2 multiply-adds
+# are fewer than _DIRECT_WORK or it is at most _DIRECT_ANY samples long. Against the chunks
 # (benchmarks/lfilter_chunks.py), a call on one channel of up to 256 samples takes 0.3 to
 # 0.6 of the time; a chunk's steps cost tens of microseconds of Python each, the product
 # a few. The last _DIRECT_KEPT matrices are kept, each of (length + state) ** 2 numbers.
@@ -103,6 +103,7 @@ _DIRECT_LENGTH = 256
 _DIRECT_WORK = 1 << 20
 _DIRECT_ANY = 64
 _DIRECT_KEPT = 16
+_DIRECT_AFTER = 2
 # A filter of higher order (`lfilter`) runs as its own recurrences: the first call with a
 # filter builds its matrices in time growing with the square of its order (about 7 ms
 # for 64 taps, 100 ms for 256).
@@ -381,7 +382,7 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     length = x.shape[axis]
     if direct and length <= _DIRECT_LENGTH and not (reverse and keep_state) and (
             length <= _DIRECT_ANY or x.size * length < _DIRECT_WORK):
-        matrices = _direct(sections, length)
+        matrices = _direct(sections, length, reverse)
         if matrices is not None:
             return _product(matrices, x, axis, zi, reverse, out, keep_state)
     width, count = sum(s.width for s in sections), len(sections)
@@ -463,26 +464,31 @@ _direct_kept: collections.OrderedDict = collections.OrderedDict()
 _direct_lock = threading.Lock()
 
 
-def _direct(sections: tuple, length: int) -> tuple | None:
-    """The cascade's matrices over ``length`` samples (`_direct_matrices`), from the second
-    call with these ``sections`` and ``length`` on (the first only marks them, so that one
-    call on a signal of a new length does not pay for building them); None before, and
-    where they are not finite."""
+def _direct(sections: tuple, length: int, reverse: bool) -> tuple | None:
+    """The cascade's matrices over ``length`` samples (`_direct_matrices`), once
+    _DIRECT_AFTER calls with these ``sections`` and ``length`` in the same direction have
+    run in chunks (so that a call on a signal of a new length does not pay for building
+    them, `filtfilt`'s two passes included); None before, and where they are not
+    finite."""
     key = (sections, length)
     with _direct_lock:
-        if key not in _direct_kept:
-            _direct_kept[key] = None
+        kept = _direct_kept.get(key)
+        if kept is None or (isinstance(kept, collections.Counter)
+                            and kept[reverse] < _DIRECT_AFTER):
+            kept = kept or collections.Counter()
+            kept[reverse] += 1
+            _direct_kept[key] = kept
+            _direct_kept.move_to_end(key)
             if len(_direct_kept) > _DIRECT_KEPT:
                 _direct_kept.popitem(last=False)
             return None
         _direct_kept.move_to_end(key)
-        matrices = _direct_kept[key]
-    if matrices is None:
-        matrices = _direct_matrices(sections, length)
+    if isinstance(kept, collections.Counter):
+        kept = _direct_matrices(sections, length)
         with _direct_lock:
             if key in _direct_kept:
-                _direct_kept[key] = matrices
-    return matrices or None
+                _direct_kept[key] = kept
+    return kept or None
 
 
 def _direct_matrices(sections: tuple, length: int) -> tuple | bool:
