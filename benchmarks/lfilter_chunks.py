@@ -19,7 +19,7 @@ both alike), and prints chunks / without and each time beside `scipy.signal`'s:
    designs of orders 1, 4 and 8, and `sosfilt` on orders 2, 16 and 32 (in chunks, not
    as one product);
 5. the same filters with ``zi`` called again and again on blocks of 16 to 256 samples of
-   one to 256 channels, as a stream is: one product with the cascade's matrices for
+   one to 4,096 channels, as a stream is: one product with the cascade's matrices for
    the block's length (`_direct`, for every shape here) against the chunks, whether
    `_chunks`' rule takes the product there, and the time of the call that builds the
    matrices (after `_DIRECT_AFTER` calls in chunks).
@@ -61,7 +61,7 @@ SHORT_FILTERS = {**{f"lfilter butter {order}": (signal.lfilter, scipy.signal.lfi
                     for order in (2, 16, 32)}}
 SETTINGS = {"chunks": _chunks._MIN_LENGTH, "without": math.inf}
 DIRECT_LENGTHS = (16, 32, 64, 128, 192, 256)
-DIRECT_CHANNELS = (1, 16, 256)
+DIRECT_CHANNELS = (1, 16, 256, 4096)
 
 
 def _streamed(function, blocks: list, zi):

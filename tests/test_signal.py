@@ -280,10 +280,14 @@ def test_direct_products(monkeypatch, chunk_runs):
             both = np.isfinite(result)
             np.testing.assert_allclose(result[both], expected[both], rtol=1e-10, atol=1e-12)
     _chunks._direct_kept.clear()
-    x = rng.standard_normal((64, 256))  # 64 x 256 ** 2 multiply-adds: in chunks
-    for _ in range(3):
-        assert relative_error(signal.sosfilt(sos, x), ss.sosfilt(sos, x)) <= 1e-10
+    x = rng.standard_normal((64, 256))  # 64 x 256 ** 2 multiply-adds
+    one = ss.butter(2, 0.1, output="sos")  # 2 numbers of state: in chunks
+    for _ in range(1 + _chunks._DIRECT_AFTER):
+        assert relative_error(signal.sosfilt(one, x), ss.sosfilt(one, x)) <= 1e-10
     assert not _chunks._direct_kept
+    for _ in range(1 + _chunks._DIRECT_AFTER):  # 12: one product up to 32 x 12 samples
+        assert relative_error(signal.sosfilt(sos, x), ss.sosfilt(sos, x)) <= 1e-10
+    assert all(isinstance(kept, tuple) for kept in _chunks._direct_kept.values())
     monkeypatch.setattr(_chunks, "_DIRECT_KEPT", 2)
     for length in (20, 21, 21, 21, 22):  # counted, ..., built; 20's evicted at 22
         signal.sosfilt(sos, rng.standard_normal(length))

@@ -95,13 +95,15 @@ _MATRIX_SCAN_ELEMENTS = 16384
 # A signal of at most _DIRECT_LENGTH samples per channel is filtered as one product with
 # the cascade's matrices for its length (`_direct`), after _DIRECT_AFTER calls with that
 # filter and length (blocks of a stream), where its channels x length ** 2 multiply-adds
-# are fewer than _DIRECT_WORK or it is at most _DIRECT_ANY samples long. Against the chunks
-# (benchmarks/lfilter_chunks.py), a call on one channel of up to 256 samples takes 0.3 to
-# 0.6 of the time; a chunk's steps cost tens of microseconds of Python each, the product
-# a few. The last _DIRECT_KEPT matrices are kept, each of (length + state) ** 2 numbers.
+# are fewer than _DIRECT_WORK, or it is at most _DIRECT_ANY samples long, or
+# _DIRECT_PER_STATE per number of SciPy's zi. The product costs length + state
+# multiply-adds a sample, the chunks a few Python steps a chunk and more per sample with
+# the state (benchmarks/lfilter_chunks.py). The last _DIRECT_KEPT matrices are kept,
+# each of about (length + state) ** 2 numbers.
 _DIRECT_LENGTH = 256
 _DIRECT_WORK = 1 << 20
 _DIRECT_ANY = 64
+_DIRECT_PER_STATE = 32
 _DIRECT_KEPT = 16
 _DIRECT_AFTER = 2
 # A filter of higher order (`lfilter`) runs as its own recurrences: the first call with a
@@ -381,7 +383,8 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
         raise ValueError("a cascade runs backward in time from rest only")
     length = x.shape[axis]
     if direct and length <= _DIRECT_LENGTH and not (reverse and keep_state) and (
-            length <= _DIRECT_ANY or x.size * length < _DIRECT_WORK):
+            length <= max(_DIRECT_ANY, _DIRECT_PER_STATE * sum(s.order for s in sections))
+            or x.size * length < _DIRECT_WORK):
         matrices = _direct(sections, length, reverse)
         if matrices is not None:
             return _product(matrices, x, axis, zi, reverse, out, keep_state)
