@@ -211,7 +211,7 @@ def test_chunks_short_signals(chunk_runs):
 
 
 def test_direct_products(monkeypatch, chunk_runs):
-    """From the second call with a filter and a short length, the cascade is one product
+    """Once a filter has run in chunks twice on a short length, the cascade is one product
     with its matrices for that length (the chunks' own steps would fail): `lfilter` with
     zi and zf, `sosfilt`, and `filtfilt` and `sosfiltfilt`, whose backward passes take the
     transposed matrix, along any axis and on reversed views, as the chunks and SciPy give
@@ -246,16 +246,17 @@ def test_direct_products(monkeypatch, chunk_runs):
             _chunks._direct_kept.clear()
             first = function()
             for _ in range(_chunks._DIRECT_AFTER):
-                second = function()  # the last builds the matrices, in chunks
+                building = function()  # the last builds the matrices, in chunks
             assert all(isinstance(kept, tuple) for kept in _chunks._direct_kept.values())
             ran.clear()
             with monkeypatch.context() as m:
                 m.setattr(_chunks, "_output", None)
-                third = function()
+                product = function()
             assert ran, (name, shape)
             assert all(ran), (name, shape)
             for got, built, want, chunks in zip(*(v if isinstance(v, tuple) else (v,) for v in
-                                                  (third, second, expected, first)), strict=True):
+                                                  (product, building, expected, first)),
+                                               strict=True):
                 assert got.shape == want.shape, (name, shape)
                 assert got.flags.c_contiguous == chunks.flags.c_contiguous, (name, shape)
                 scale = np.sqrt(np.mean(want ** 2))
@@ -1825,6 +1826,40 @@ def test_framework_chunks(framework, chunk_runs):
     if framework.name == "jax":
         module.jit(lambda x, zi: run(x, zi))(framework.tensor(x), framework.tensor(zi))
         assert chunk_runs == ([True] * (6 + maps) if on_cpu else [])
+
+
+def test_framework_direct_products(framework, chunk_runs, monkeypatch):
+    """On the CPU, a framework's short blocks are one product too (`test_direct_products`),
+    plain and recorded by autodiff, the gradient through the transposed matrices: the
+    values and gradients of the chunks."""
+    if framework.device.lower() != "cpu":
+        pytest.skip("the filters run as products on the CPU only")
+    monkeypatch.setattr(_chunks, "_DIRECT_LENGTH", DIRECT_LENGTH)
+    rng = np.random.default_rng(34)
+    x, weights = rng.standard_normal((3, 100)), rng.standard_normal((3, 100))
+    sos = ss.cheby2(6, 40, 0.2, output="sos")
+    zi, w_zf = rng.standard_normal((3, 3, 2)), rng.standard_normal((3, 3, 2))
+
+    def total(v, state):
+        y, zf = signal.sosfilt(sos, v, zi=state)
+        return framework.total(y * framework.tensor(weights)) + framework.total(
+            zf * framework.tensor(w_zf))
+
+    expected = framework.grad(total, x, zi)  # in chunks, forward and backward in time
+    for _ in range(_chunks._DIRECT_AFTER):  # the last builds the matrices
+        framework.grad(total, x, zi)
+    chunk_runs.clear()
+    with monkeypatch.context() as m:
+        m.setattr(_chunks, "_output", None)
+        grads = framework.grad(total, x, zi)
+        y, zf = signal.sosfilt(sos, framework.tensor(x), zi=framework.tensor(zi))
+    assert chunk_runs
+    assert all(chunk_runs)
+    for got, want in zip(grads, expected, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    expected_y, expected_zf = ss.sosfilt(sos, x, zi=zi)
+    assert relative_error(framework.array(y), expected_y) <= 1e-10
+    assert relative_error(framework.array(zf), expected_zf) <= 1e-10
 
 
 def test_framework_chunk_gradients(framework, chunk_runs):

@@ -95,7 +95,7 @@ _MATRIX_SCAN_ELEMENTS = 16384
 # A signal of at most _DIRECT_LENGTH samples per channel is filtered as one product with
 # the cascade's matrices for its length (`_direct`), after _DIRECT_AFTER calls with that
 # filter and length (blocks of a stream), where its channels x length ** 2 multiply-adds
-# are fewer than _DIRECT_WORK, or it is at most _DIRECT_ANY samples long, or
+# are fewer than _DIRECT_WORK, or it is at most _DIRECT_ANY samples long, or at most
 # _DIRECT_PER_STATE per number of SciPy's zi. The product costs length + state
 # multiply-adds a sample, the chunks a few Python steps a chunk and more per sample with
 # the state (benchmarks/lfilter_chunks.py). The last _DIRECT_KEPT matrices are kept,
