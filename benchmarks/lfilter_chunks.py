@@ -18,9 +18,10 @@ both alike), and prints chunks / without and each time beside `scipy.signal`'s:
    below twice the chunk length), one to 4,096 channels: `lfilter` on Butterworth
    designs of orders 1, 4 and 8, and `sosfilt` on orders 2, 16 and 32 (in chunks, not
    as one product);
-5. the same filters with ``zi`` called again and again on blocks of 16 to 256 samples of
+5. the same filters with ``zi`` called again and again on blocks of 1 to 256 samples of
    one to 4,096 channels, as a stream is: one product with the cascade's matrices for
-   the block's length (`_direct`, for every shape here) against the chunks, whether
+   the block's length (`_direct`, for every shape here) against the chunks (below 16
+   samples, the recurrences, which also build the matrices there), whether
    `_chunks`' rule takes the product there, and the time of the call that builds the
    matrices (after `_DIRECT_AFTER` calls in chunks).
 
@@ -60,7 +61,7 @@ SHORT_FILTERS = {**{f"lfilter butter {order}": (signal.lfilter, scipy.signal.lfi
                                                 (scipy.signal.butter(order, 0.1, output="sos"),))
                     for order in (2, 16, 32)}}
 SETTINGS = {"chunks": _chunks._MIN_LENGTH, "without": math.inf}
-DIRECT_LENGTHS = (16, 32, 64, 128, 192, 256)
+DIRECT_LENGTHS = (1, 8, 16, 32, 64, 128, 192, 256)
 DIRECT_CHANNELS = (1, 16, 256, 4096)
 
 

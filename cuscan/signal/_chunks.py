@@ -385,7 +385,8 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     if direct and length <= _DIRECT_LENGTH and not (reverse and keep_state) and (
             length <= max(_DIRECT_ANY, _DIRECT_PER_STATE * sum(s.order for s in sections))
             or x.size * length < _DIRECT_WORK):
-        matrices = _direct(sections, length, reverse)
+        matrices = _direct((sections, length), reverse,
+                           functools.partial(_direct_matrices, sections, length))
         if matrices is not None:
             return _product(matrices, x, axis, zi, reverse, out, keep_state)
     width, count = sum(s.width for s in sections), len(sections)
@@ -460,20 +461,19 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
         state = state @ m.moved[rest - 1] + tail @ _ends(m.after, rest)
     zf = np.stack([state[:, s.offset:s.offset + s.width] @ final
                    for s, final in zip(sections, m.final, strict=True)])
-    return y, _moved(zf.reshape(count, *batch, zf.shape[-1]), -1, 1 + axis)
+    return y, np.ascontiguousarray(_moved(zf.reshape(count, *batch, zf.shape[-1]), -1, 1 + axis))
 
 
 _direct_kept: collections.OrderedDict = collections.OrderedDict()
 _direct_lock = threading.Lock()
 
 
-def _direct(sections: tuple, length: int, reverse: bool) -> tuple | None:
-    """The cascade's matrices over ``length`` samples (`_direct_matrices`), once
-    _DIRECT_AFTER calls with these ``sections`` and ``length`` in the same direction have
-    run in chunks (so that a call on a signal of a new length does not pay for building
-    them, `filtfilt`'s two passes included); None before, and where they are not
-    finite."""
-    key = (sections, length)
+def _direct(key: tuple, reverse: bool, build) -> tuple | None:
+    """A filter's matrices over a length (`_direct_matrices`), by ``key`` (the filter and
+    the length), once _DIRECT_AFTER calls with them in the same direction have run
+    otherwise (so that a call on a signal of a new length does not pay for building them,
+    `filtfilt`'s two passes included), built by ``build()``; None before, and where they
+    are not finite."""
     with _direct_lock:
         kept = _direct_kept.get(key)
         if kept is None or (isinstance(kept, collections.Counter)
@@ -487,7 +487,7 @@ def _direct(sections: tuple, length: int, reverse: bool) -> tuple | None:
             return None
         _direct_kept.move_to_end(key)
     if isinstance(kept, collections.Counter):
-        kept = _direct_matrices(sections, length)
+        kept = build()
         with _direct_lock:
             if key in _direct_kept:
                 _direct_kept[key] = kept
@@ -518,6 +518,27 @@ def _direct_matrices(sections: tuple, length: int) -> tuple | bool:
     return outputs, finals, count
 
 
+def short(x, axis: int, sections: int | None = None, order: int = 2) -> bool:
+    """Whether ``x`` is a float64 NumPy signal too short along ``axis`` for a filter of
+    ``sections`` or ``order`` (`applies`) to run in chunks, that `product` takes."""
+    if type(x) is not np.ndarray or x.dtype != np.float64:
+        return False
+    if sections is None:
+        sections = (order + 1) // 2
+    length = x.shape[axis]
+    return sections > 0 and order <= _MAX_ORDER and 0 < length <= _DIRECT_LENGTH \
+        and length < max(_MIN_LENGTH, _MIN_CHUNK * -(-order // _MIN_CHUNK))
+
+
+def product(key: tuple, x: np.ndarray, axis: int, zi, build):
+    """A filter over ``x`` along ``axis`` from SciPy's ``zi`` (stacked by filter) or rest, as
+    one product with its matrices for ``x``'s length (`_direct`, by ``key``, built by
+    ``build()`` in `_direct_matrices`' layout): ``(y, zf)`` as `cascade` returns them, or
+    None where the matrices are not built yet or a sample or state is not finite."""
+    matrices = _direct(key, False, build)
+    return None if matrices is None else _product(matrices, x, axis, zi, False, None, False)
+
+
 def _product(matrices: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
              out: np.ndarray | None, keep_state: bool):
     """`cascade` as one product with `_direct_matrices`' ``matrices`` for ``x``'s length
@@ -546,9 +567,8 @@ def _product(matrices: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
         y = np.ascontiguousarray(y)
     if zi is None and not keep_state:
         return y, None
-    zf = np.ascontiguousarray(
-        (signal @ finals[inputs]).reshape(rows, count, n // count).transpose(1, 0, 2))
-    return y, _moved(zf.reshape(count, *batch, n // count), -1, 1 + axis)
+    zf = (signal @ finals[inputs]).reshape(rows, count, n // count).transpose(1, 0, 2)
+    return y, np.ascontiguousarray(_moved(zf.reshape(count, *batch, n // count), -1, 1 + axis))
 
 
 def _segments(shape: tuple, size: int) -> list[tuple[int, int]]:

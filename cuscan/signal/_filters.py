@@ -708,6 +708,9 @@ def _in_chunks(ns, x, axis: int, zi, design: tuple[bytes, ...]) -> tuple | None:
     size = f.size
     views = _on_chunks(ns, x, axis, zi, **size)
     if views is None:
+        done = _short(ns, f, x, axis, zi)
+        if done is not None:
+            return done
         length = x.shape[axis]
         if not _on_host(ns, x, axis, zi, **size) \
                 or (zi is not None and _state_maps(design, length) is None):
@@ -724,6 +727,38 @@ def _in_chunks(ns, x, axis: int, zi, design: tuple[bytes, ...]) -> tuple | None:
         return None
     y, zf = done
     return ns.from_numpy(y), None if zf is None else ns.from_numpy(zf)
+
+
+def _short(ns, f: _OnHost, x, axis: int, zi) -> tuple | None:
+    """`_in_chunks` on a NumPy signal shorter than the chunks take (`_chunks.short`): one
+    product with the filter's matrices for its length (`_chunks.product`), built from its
+    recurrences over unit samples and unit states; None where it does not run."""
+    views = ns.numpy_views(x, zi)
+    if views is None or not _chunks.short(views[0], axis, **f.size):
+        return None
+    length = x.shape[axis]
+    done = _chunks.product((f.design, length), views[0], axis,
+                           None if zi is None else np.asarray(views[1], np.float64),
+                           functools.partial(_short_matrices, f.design, length))
+    if done is None:
+        return None
+    y, zf = done
+    return ns.from_numpy(y), None if zf is None else ns.from_numpy(zf)
+
+
+def _short_matrices(design: tuple[bytes, ...], length: int) -> tuple | bool:
+    """`_chunks._direct_matrices` for the filter `_OnHost` takes as ``design`` over
+    ``length`` samples, from its recurrences."""
+    f = _OnHost(design, -1)
+    count, order = f.stack
+    n = count * order
+    units = np.eye(n + length)
+    y, zf = f._run(_NUMPY, units[:, n:], 1, _unpacked(_NUMPY, units[:, :n], 1, count),
+                   chunks=False)
+    finals = np.ascontiguousarray(zf.transpose(1, 0, 2).reshape(n + length, n))
+    if not (np.isfinite(y).all() and np.isfinite(finals).all()):
+        return False
+    return np.ascontiguousarray(y), finals, count
 
 
 def _design(b: np.ndarray, a: np.ndarray) -> tuple[bytes, bytes] | None:
