@@ -14,7 +14,9 @@ and for such signals of more than twice `_SEGMENT_ELEMENTS` samples, and a singl
 channel's strided view, `sosfilt` and `sosfiltfilt` a segment of time at a time
 against the whole signal copied at once:
 time, and the most memory a call holds beyond its input (tracemalloc, which NumPy
-reports to), beside SciPy's. Writes results/sosfilt_chunks.json.
+reports to), beside SciPy's. The chunks run as a user's calls do: a signal of a few
+hundred samples called again and again is one product with the cascade's matrices for
+its length (`_chunks._direct`). Writes results/sosfilt_chunks.json.
 
     python -m benchmarks.sosfilt_chunks
 """

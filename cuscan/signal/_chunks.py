@@ -520,14 +520,15 @@ def _direct_matrices(sections: tuple, length: int) -> tuple | bool:
 
 def short(x, axis: int, sections: int | None = None, order: int = 2) -> bool:
     """Whether ``x`` is a float64 NumPy signal too short along ``axis`` for a filter of
-    ``sections`` or ``order`` (`applies`) to run in chunks, that `product` takes."""
+    ``sections`` or ``order`` (`applies`) to run in chunks of _MIN_CHUNK, as many as SciPy's
+    zi enters, that `product` takes."""
     if type(x) is not np.ndarray or x.dtype != np.float64:
         return False
     if sections is None:
         sections = (order + 1) // 2
     length = x.shape[axis]
     return sections > 0 and order <= _MAX_ORDER and 0 < length <= _DIRECT_LENGTH \
-        and length < max(_MIN_LENGTH, _MIN_CHUNK * -(-order // _MIN_CHUNK))
+        and length < _MIN_CHUNK * max(1, -(-order // _MIN_CHUNK))
 
 
 def product(key: tuple, x: np.ndarray, axis: int, zi, build):
