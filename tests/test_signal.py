@@ -217,8 +217,9 @@ def test_direct_products(monkeypatch, chunk_runs):
     transposed matrix, along any axis and on reversed views, as the chunks and SciPy give
     them; below 16 samples (a FIR filter's zi reaching past the signal), the matrices come
     from the recurrences. A non-finite sample or state falls back to the recurrences,
-    which carry it as SciPy does; many channels of 256 samples run in chunks; the last
-    few matrices are kept."""
+    which carry it as SciPy does; many channels of 256 samples, and matrices of more than
+    _DIRECT_ELEMENTS numbers, are left to the chunks or the recurrences; the last few
+    matrices are kept."""
     from cuscan.signal import _filters
 
     ran = chunk_runs
@@ -292,6 +293,16 @@ def test_direct_products(monkeypatch, chunk_runs):
     for _ in range(1 + _chunks._DIRECT_AFTER):  # 12: one product up to 32 x 12 samples
         assert relative_error(signal.sosfilt(sos, x), ss.sosfilt(sos, x)) <= 1e-10
     assert all(isinstance(kept, tuple) for kept in _chunks._direct_kept.values())
+    for length in (10, 100):  # at most _DIRECT_ELEMENTS numbers in the matrices
+        x = rng.standard_normal(length)
+        for limit, kept in (((length + 12) ** 2 - 1, False), ((length + 12) ** 2, True)):
+            _chunks._direct_kept.clear()
+            with monkeypatch.context() as m:
+                m.setattr(_chunks, "_DIRECT_ELEMENTS", limit)
+                for _ in range(1 + _chunks._DIRECT_AFTER):
+                    assert relative_error(signal.sosfilt(sos, x), ss.sosfilt(sos, x)) <= 1e-10
+            assert [isinstance(v, tuple) for v in _chunks._direct_kept.values()] == (
+                [True] if kept else []), (length, limit)
     monkeypatch.setattr(_chunks, "_DIRECT_KEPT", 2)
     for length in (20, 21, 21, 21, 22):  # counted, ..., built; 20's evicted at 22
         signal.sosfilt(sos, rng.standard_normal(length))

@@ -99,11 +99,13 @@ _MATRIX_SCAN_ELEMENTS = 16384
 # _DIRECT_PER_STATE per number of SciPy's zi. The product costs length + state
 # multiply-adds a sample, the chunks a few Python steps a chunk and more per sample with
 # the state (benchmarks/lfilter_chunks.py). The last _DIRECT_KEPT matrices are kept,
-# each of about (length + state) ** 2 numbers.
+# each of about (length + state) ** 2 numbers, at most _DIRECT_ELEMENTS (a cascade of
+# more than about a hundred sections keeps to the chunks).
 _DIRECT_LENGTH = 256
 _DIRECT_WORK = 1 << 20
 _DIRECT_ANY = 64
 _DIRECT_PER_STATE = 32
+_DIRECT_ELEMENTS = 1 << 18
 _DIRECT_KEPT = 16
 _DIRECT_AFTER = 2
 # A filter of higher order (`lfilter`) runs as its own recurrences: the first call with a
@@ -381,10 +383,11 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     A short signal is one product instead where ``direct`` and `_direct` has the matrix."""
     if reverse and zi is not None:
         raise ValueError("a cascade runs backward in time from rest only")
-    length = x.shape[axis]
-    if direct and length <= _DIRECT_LENGTH and not (reverse and keep_state) and (
-            length <= max(_DIRECT_ANY, _DIRECT_PER_STATE * sum(s.order for s in sections))
-            or x.size * length < _DIRECT_WORK):
+    length, state = x.shape[axis], sum(s.order for s in sections)
+    if direct and length <= _DIRECT_LENGTH and not (reverse and keep_state) \
+            and (length + state) ** 2 <= _DIRECT_ELEMENTS and (
+                length <= max(_DIRECT_ANY, _DIRECT_PER_STATE * state)
+                or x.size * length < _DIRECT_WORK):
         matrices = _direct((sections, length), reverse,
                            functools.partial(_direct_matrices, sections, length))
         if matrices is not None:
@@ -524,10 +527,12 @@ def short(x, axis: int, sections: int | None = None, order: int = 2) -> bool:
     zi enters, that `product` takes."""
     if type(x) is not np.ndarray or x.dtype != np.float64:
         return False
+    state = order if sections is None else 2 * sections
     if sections is None:
         sections = (order + 1) // 2
     length = x.shape[axis]
     return sections > 0 and order <= _MAX_ORDER and 0 < length <= _DIRECT_LENGTH \
+        and (length + state) ** 2 <= _DIRECT_ELEMENTS \
         and length < _MIN_CHUNK * max(1, -(-order // _MIN_CHUNK))
 
 
