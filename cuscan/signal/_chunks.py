@@ -383,13 +383,12 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     A short signal is one product instead where ``direct`` and `_direct` has the matrix."""
     if reverse and zi is not None:
         raise ValueError("a cascade runs backward in time from rest only")
-    length, state = x.shape[axis], sum(s.order for s in sections)
-    if direct and length <= _DIRECT_LENGTH and not (reverse and keep_state) \
-            and (length + state) ** 2 <= _DIRECT_ELEMENTS and (
-                length <= max(_DIRECT_ANY, _DIRECT_PER_STATE * state)
-                or x.size * length < _DIRECT_WORK):
-        matrices = _direct((sections, length), reverse,
-                           functools.partial(_direct_matrices, sections, length))
+    length = x.shape[axis]
+    if direct and not (reverse and keep_state) \
+            and _takes_product(length, sum(s.order for s in sections), x.size):
+        matrices = _direct((sections, length), reverse, functools.partial(
+            unit_matrices, lambda signal, zi: cascade(sections, signal, 1, zi, direct=False),
+            len(sections), sections[0].order, length))
         if matrices is not None:
             return _product(matrices, x, axis, zi, reverse, out, keep_state)
     width, count = sum(s.width for s in sections), len(sections)
@@ -471,8 +470,15 @@ _direct_kept: collections.OrderedDict = collections.OrderedDict()
 _direct_lock = threading.Lock()
 
 
+def _takes_product(length: int, state: int, size: int) -> bool:
+    """Whether a signal of ``size`` samples, ``length`` along time, is filtered as one
+    product by a filter of ``state`` numbers of SciPy's zi (see _DIRECT_LENGTH)."""
+    return length <= _DIRECT_LENGTH and (length + state) ** 2 <= _DIRECT_ELEMENTS and (
+        length <= max(_DIRECT_ANY, _DIRECT_PER_STATE * state) or size * length < _DIRECT_WORK)
+
+
 def _direct(key: tuple, reverse: bool, build) -> tuple | None:
-    """A filter's matrices over a length (`_direct_matrices`), by ``key`` (the filter and
+    """A filter's matrices over a length (`unit_matrices`), by ``key`` (the filter and
     the length), once _DIRECT_AFTER calls with them in the same direction have run
     otherwise (so that a call on a signal of a new length does not pay for building them,
     `filtfilt`'s two passes included), built by ``build()``; None before, and where they
@@ -497,28 +503,23 @@ def _direct(key: tuple, reverse: bool, build) -> tuple | None:
     return kept or None
 
 
-def _direct_matrices(sections: tuple, length: int) -> tuple | bool:
-    """The cascade over ``length`` samples as matrices of its input, SciPy's zi (its
-    sections' states one after the other, ``n`` numbers) and then the samples, to the
-    output, ``(n + length, length)``, and to zf packed alike, ``(n + length, n)``; with the
-    number of sections. Computed in chunks, from unit samples and unit states; False where
-    a response is not finite."""
-    done = cascade(sections, np.eye(length), 1, None, keep_state=True, direct=False)
-    if not done:
-        return False
-    y, zf = done  # (length, length) and (sections, length, order)
-    count, order = zf.shape[0], zf.shape[-1]
+def unit_matrices(run, count: int, order: int, length: int) -> tuple | bool:
+    """A filter of ``count`` stages, each with ``order`` numbers of SciPy's zi (``n`` in
+    all), over ``length`` samples as matrices of its input, the stages' zi one after the
+    other and then the samples, to the output, ``(n + length, length)``, and to zf packed
+    alike, ``(n + length, n)``; with ``count``. From ``run(signal, zi)``, the filter over
+    rows of samples from zi stacked by stage, ``(y, zf)`` or None, on unit states and then
+    unit samples; False where it declines or a response is not finite."""
     n = count * order
-    units = np.eye(n).reshape(n, count, order).transpose(1, 0, 2)
-    done = cascade(sections, np.zeros((n, length)), 1, units, direct=False) if n else (
-        np.zeros((0, length)), np.zeros((count, 0, order)))
+    units = np.eye(n + length)
+    done = run(units[:, n:], units[:, :n].reshape(n + length, count, order).transpose(1, 0, 2))
     if not done:
         return False
-    free, last = done
-    outputs = np.concatenate([free, y])
-    finals = np.concatenate([last.transpose(1, 0, 2).reshape(n, n),
-                             zf.transpose(1, 0, 2).reshape(length, n)])
-    return outputs, finals, count
+    y, zf = done
+    finals = zf.transpose(1, 0, 2).reshape(n + length, n)
+    if not (np.isfinite(y).all() and np.isfinite(finals).all()):
+        return False
+    return np.ascontiguousarray(y), np.ascontiguousarray(finals), count
 
 
 def short(x, axis: int, sections: int | None = None, order: int = 2) -> bool:
@@ -531,15 +532,14 @@ def short(x, axis: int, sections: int | None = None, order: int = 2) -> bool:
     if sections is None:
         sections = (order + 1) // 2
     length = x.shape[axis]
-    return sections > 0 and order <= _MAX_ORDER and 0 < length <= _DIRECT_LENGTH \
-        and (length + state) ** 2 <= _DIRECT_ELEMENTS \
-        and length < _MIN_CHUNK * max(1, -(-order // _MIN_CHUNK))
+    return sections > 0 and order <= _MAX_ORDER and 0 < length \
+        < _MIN_CHUNK * max(1, -(-order // _MIN_CHUNK)) and _takes_product(length, state, x.size)
 
 
 def product(key: tuple, x: np.ndarray, axis: int, zi, build):
     """A filter over ``x`` along ``axis`` from SciPy's ``zi`` (stacked by filter) or rest, as
     one product with its matrices for ``x``'s length (`_direct`, by ``key``, built by
-    ``build()`` in `_direct_matrices`' layout): ``(y, zf)`` as `cascade` returns them, or
+    ``build()`` in `unit_matrices`' layout): ``(y, zf)`` as `cascade` returns them, or
     None where the matrices are not built yet or a sample or state is not finite."""
     matrices = _direct(key, False, build)
     return None if matrices is None else _product(matrices, x, axis, zi, False, None, False)
@@ -547,7 +547,7 @@ def product(key: tuple, x: np.ndarray, axis: int, zi, build):
 
 def _product(matrices: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
              out: np.ndarray | None, keep_state: bool):
-    """`cascade` as one product with `_direct_matrices`' ``matrices`` for ``x``'s length
+    """`cascade` as one product with `unit_matrices`' ``matrices`` for ``x``'s length
     (backward in time: the output's transposed, the filter's Toeplitz matrix flipped both
     ways); None where a sample, a state or an output is not finite."""
     outputs, finals, count = matrices

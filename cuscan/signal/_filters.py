@@ -700,17 +700,23 @@ _NUMPY = _Arrays(np)
 def _in_chunks(ns, x, axis: int, zi, design: tuple[bytes, ...]) -> tuple | None:
     """The filter `_OnHost` takes as ``design`` over ``x`` in chunks as matrix products,
     from ``zi`` stacked by filter or rest: ``(y, zf)`` as ``ns`` arrays (zf stacked too;
-    None without zi), or None where the chunks do not run (`_on_chunks`, or
-    `_chunks.cascade` declining). Tensors a trace or autodiff may record run it as a
-    linear map (`_OnHost`) where `_on_host` (with zi and x packed into one signal, where
-    `_state_maps` has its matrices)."""
+    None without zi), or None where the chunks do not run (`_chunks.applies`, or
+    `_chunks.cascade` declining). A NumPy signal too short for the chunks
+    (`_chunks.short`) is one product with the filter's matrices for its length
+    (`_chunks.product`, built from its recurrences). Tensors a trace or autodiff may
+    record run it as a linear map (`_OnHost`) where `_on_host` (with zi and x packed into
+    one signal, where `_state_maps` has its matrices)."""
     f = _OnHost(design, axis - x.ndim)
     size = f.size
-    views = _on_chunks(ns, x, axis, zi, **size)
-    if views is None:
-        done = _short(ns, f, x, axis, zi)
-        if done is not None:
-            return done
+    views = ns.numpy_views(x, zi)
+    run = None
+    if views is not None and _chunks.applies(views[0], axis, **size):
+        run = functools.partial(_chunks.cascade, f.steps())
+    elif views is not None and _chunks.short(views[0], axis, **size):
+        length = x.shape[axis]
+        run = functools.partial(_chunks.product, (design, length),
+                                build=functools.partial(_short_matrices, design, length))
+    if run is None:
         length = x.shape[axis]
         if not _on_host(ns, x, axis, zi, **size) \
                 or (zi is not None and _state_maps(design, length) is None):
@@ -721,25 +727,7 @@ def _in_chunks(ns, x, axis: int, zi, design: tuple[bytes, ...]) -> tuple | None:
         y, zf = ns.split(ns.linear_on_host(packed, dataclasses.replace(f, state=True)),
                          length, axis)
         return y, _unpacked(ns, zf, axis, zi.shape[0])
-    done = _chunks.cascade(f.steps(), views[0], axis,
-                           None if zi is None else np.asarray(views[1], np.float64))
-    if done is None:
-        return None
-    y, zf = done
-    return ns.from_numpy(y), None if zf is None else ns.from_numpy(zf)
-
-
-def _short(ns, f: _OnHost, x, axis: int, zi) -> tuple | None:
-    """`_in_chunks` on a NumPy signal shorter than the chunks take (`_chunks.short`): one
-    product with the filter's matrices for its length (`_chunks.product`), built from its
-    recurrences over unit samples and unit states; None where it does not run."""
-    views = ns.numpy_views(x, zi)
-    if views is None or not _chunks.short(views[0], axis, **f.size):
-        return None
-    length = x.shape[axis]
-    done = _chunks.product((f.design, length), views[0], axis,
-                           None if zi is None else np.asarray(views[1], np.float64),
-                           functools.partial(_short_matrices, f.design, length))
+    done = run(views[0], axis, None if zi is None else np.asarray(views[1], np.float64))
     if done is None:
         return None
     y, zf = done
@@ -747,18 +735,11 @@ def _short(ns, f: _OnHost, x, axis: int, zi) -> tuple | None:
 
 
 def _short_matrices(design: tuple[bytes, ...], length: int) -> tuple | bool:
-    """`_chunks._direct_matrices` for the filter `_OnHost` takes as ``design`` over
-    ``length`` samples, from its recurrences."""
+    """`_chunks.unit_matrices` of the filter `_OnHost` takes as ``design`` over ``length``
+    samples, from its recurrences."""
     f = _OnHost(design, -1)
-    count, order = f.stack
-    n = count * order
-    units = np.eye(n + length)
-    y, zf = f._run(_NUMPY, units[:, n:], 1, _unpacked(_NUMPY, units[:, :n], 1, count),
-                   chunks=False)
-    finals = np.ascontiguousarray(zf.transpose(1, 0, 2).reshape(n + length, n))
-    if not (np.isfinite(y).all() and np.isfinite(finals).all()):
-        return False
-    return np.ascontiguousarray(y), finals, count
+    return _chunks.unit_matrices(
+        lambda signal, zi: f._run(_NUMPY, signal, 1, zi, chunks=False), *f.stack, length)
 
 
 def _design(b: np.ndarray, a: np.ndarray) -> tuple[bytes, bytes] | None:
