@@ -68,15 +68,25 @@ def alternated(function, module, name: str, values: dict, repeats: int, rounds: 
     """Best times of ``function`` (``best_time``) with ``module.<name>`` set to each of
     ``values`` (label -> value) in turn, ``rounds`` times over, so that a machine whose load
     drifts slows all alike; by label. The attribute is restored after."""
-    saved = getattr(module, name)
-    best = dict.fromkeys(values, float("inf"))
+    return alternated_settings(function, {label: {(module, name): value}
+                                          for label, value in values.items()}, repeats, rounds)
+
+
+def alternated_settings(function, settings: dict, repeats: int, rounds: int = 3) -> dict:
+    """`alternated` with several attributes set at once: ``settings`` maps a label to
+    ``{(module, name): value}``. The attributes are restored after."""
+    saved = {(module, name): getattr(module, name)
+             for setting in settings.values() for module, name in setting}
+    best = dict.fromkeys(settings, float("inf"))
     try:
         for _ in range(rounds):
-            for label, value in values.items():
-                setattr(module, name, value)
+            for label, setting in settings.items():
+                for (module, name), value in saved.items():
+                    setattr(module, name, setting.get((module, name), value))
                 best[label] = min(best[label], best_time(function, repeats))
     finally:
-        setattr(module, name, saved)
+        for (module, name), value in saved.items():
+            setattr(module, name, value)
     return best
 
 

@@ -23,9 +23,11 @@ both alike), and prints chunks / without and each time beside `scipy.signal`'s:
    the block's length (`_direct`, for every shape here) against the chunks (below 16
    samples, the recurrences, which also build the matrices there), whether
    `_chunks`' rule takes the product there, and the time of the call that builds the
-   matrices (after `_DIRECT_AFTER` calls in chunks).
+   matrices (after `_DIRECT_AFTER` calls in chunks); and the product as a stream's
+   (`_filters._streamed`, without the call's checks and plans) against the product
+   through them.
 
-Sections 1 to 3 run as a user's calls do, short blocks of a stream as one product.
+Sections 1 to 3 run as a user's calls do: short blocks of a stream as a stream's product.
 
 Writes results/lfilter_chunks.json.
 
@@ -41,9 +43,9 @@ import time
 import numpy as np
 import scipy.signal
 
-from benchmarks._common import alternated, best_time, environment, write
+from benchmarks._common import alternated, alternated_settings, best_time, environment, write
 from cuscan import signal
-from cuscan.signal import _chunks
+from cuscan.signal import _chunks, _filters
 
 SHAPES = [(1, 10**4), (1, 10**5), (1, 10**6), (64, 156_250), (16, 4096), (256, 256),
           (8, 65536)]
@@ -61,8 +63,18 @@ SHORT_FILTERS = {**{f"lfilter butter {order}": (signal.lfilter, scipy.signal.lfi
                                                 (scipy.signal.butter(order, 0.1, output="sos"),))
                     for order in (2, 16, 32)}}
 SETTINGS = {"chunks": _chunks._MIN_LENGTH, "without": math.inf}
+# A stream's blocks, as a user's calls run them, and with the stages' recurrences (no
+# chunks, no products, no streams).
+STREAM_SETTINGS = {"chunks": {}, "without": {(_chunks, "_MIN_LENGTH"): math.inf,
+                                             (_filters, "_STREAMS_KEPT"): 0}}
 DIRECT_LENGTHS = (1, 8, 16, 32, 64, 128, 192, 256)
 DIRECT_CHANNELS = (1, 16, 256, 4096)
+# Short blocks again and again: a stream's product (`_filters._streamed`), the product
+# through the call's checks and plans, and the chunks.
+DIRECT_SETTINGS = {
+    "stream": {(_chunks, "_DIRECT_LENGTH"): max(DIRECT_LENGTHS)},
+    "product": {(_chunks, "_DIRECT_LENGTH"): max(DIRECT_LENGTHS), (_filters, "_STREAMS_KEPT"): 0},
+    "chunks": {(_chunks, "_DIRECT_LENGTH"): 0, (_filters, "_STREAMS_KEPT"): 0}}
 
 
 def _streamed(function, blocks: list, zi):
@@ -108,9 +120,10 @@ def _direct(rng) -> list:
     """Blocks of a stream: one product against the chunks, each / scipy.signal."""
     rows = []
     print("\nblocks with zi, along axis -1: product / chunks, and each / scipy.signal; "
-          "the rule's choice; the call building the matrices / chunks")
+          "the rule's choice; the call building the matrices / chunks; a stream's product "
+          "/ the product through the checks, and / scipy.signal")
     print(f"{'':>28} {'product/chunks':>15} {'product/scipy':>14} {'chunks/scipy':>13} "
-          f"{'rule':>8} {'build/chunks':>13}")
+          f"{'rule':>8} {'build/chunks':>13} {'stream/product':>15} {'stream/scipy':>13}")
     for length in DIRECT_LENGTHS:
         for channels in DIRECT_CHANNELS:
             x = rng.standard_normal((channels, length))
@@ -119,6 +132,7 @@ def _direct(rng) -> list:
                 zi = _zi(name, design, channels)
                 call = functools.partial(ours, *design, x, zi=zi)
                 _chunks._direct_kept.clear()
+                _filters._streams.clear()
                 for _ in range(_chunks._DIRECT_AFTER):
                     call()
                 start = time.perf_counter()
@@ -129,19 +143,21 @@ def _direct(rng) -> list:
                 saved = _chunks._DIRECT_WORK
                 _chunks._DIRECT_WORK = math.inf  # the product for every shape here
                 try:
-                    best = alternated(call, _chunks, "_DIRECT_LENGTH",
-                                      {"product": max(DIRECT_LENGTHS), "chunks": 0}, repeats)
+                    best = alternated_settings(call, DIRECT_SETTINGS, repeats)
                 finally:
                     _chunks._DIRECT_WORK = saved
                 scipy_s = best_time(functools.partial(theirs, *design, x, zi=zi), repeats)
                 rows.append({"shape": [channels, length], "filter": name,
-                             "product_s": best["product"], "chunks_s": best["chunks"],
-                             "scipy_s": scipy_s, "rule": rule, "build_s": build_s})
+                             "stream_s": best["stream"], "product_s": best["product"],
+                             "chunks_s": best["chunks"], "scipy_s": scipy_s, "rule": rule,
+                             "build_s": build_s})
                 print(f"{channels}x{length} {name:>20} "
                       f"{best['product'] / best['chunks']:>15.2f} "
                       f"{best['product'] / scipy_s:>14.2f} {best['chunks'] / scipy_s:>13.2f} "
                       f"{'product' if rule else 'chunks':>8} "
-                      f"{build_s / best['chunks']:>13.1f}", flush=True)
+                      f"{build_s / best['chunks']:>13.1f} "
+                      f"{best['stream'] / best['product']:>15.2f} "
+                      f"{best['stream'] / scipy_s:>13.2f}", flush=True)
     return rows
 
 
@@ -177,8 +193,8 @@ def main() -> None:
                  functools.partial(scipy.signal.lfilter, b, a), np.zeros((channels, 4))),
                 ("sosfilt order 8", functools.partial(signal.sosfilt, sos),
                  functools.partial(scipy.signal.sosfilt, sos), np.zeros((4, channels, 2)))):
-            best = alternated(functools.partial(_streamed, ours, blocks, zi), _chunks,
-                              "_MIN_LENGTH", SETTINGS, 3)
+            best = alternated_settings(functools.partial(_streamed, ours, blocks, zi),
+                                       STREAM_SETTINGS, 3)
             scipy_s = best_time(functools.partial(_streamed, theirs, blocks, zi), 3)
             streams.append({"channels": channels, "block": length, "filter": name,
                             "chunks_s": best["chunks"], "without_s": best["without"],

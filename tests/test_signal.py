@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import itertools
 import warnings
 from functools import partial
 
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from cuscan import signal
-from cuscan.signal import _chunks
+from cuscan.signal import _chunks, _filters
 from tests.conftest import require
 from tests.reference import EXTENDED, direct_form_extended, gustafsson_exact
 
@@ -67,9 +68,10 @@ def chunk_runs(monkeypatch):
     """Whether each call of `_chunks.cascade` ran (True) or declined (False), with the
     output formed a few chunks at a time and chunk-level scans both as products, in
     blocks of a few chunks, and by `linear_recurrence`; never as one product
-    (`test_direct_products`)."""
+    (`test_direct_products`), nor as a stream's product (`test_streams`)."""
     monkeypatch.setattr(_chunks, "_DIRECT_LENGTH", 0)
     monkeypatch.setattr(_chunks, "_direct_kept", collections.OrderedDict())
+    monkeypatch.setattr(_filters, "_streams", {})
     monkeypatch.setattr(_chunks, "_BLOCK_ELEMENTS", 200)
     monkeypatch.setattr(_chunks, "_SCAN_BLOCK", 4)
     monkeypatch.setattr(_chunks, "_MATRIX_SCAN_ELEMENTS", 40)
@@ -219,9 +221,8 @@ def test_direct_products(monkeypatch, chunk_runs):
     from the recurrences. A non-finite sample or state falls back to the recurrences,
     which carry it as SciPy does; many channels of 256 samples, and matrices of more than
     _DIRECT_ELEMENTS numbers, are left to the chunks or the recurrences; the last few
-    matrices are kept."""
-    from cuscan.signal import _filters
-
+    matrices are kept. (Each product here is taken by the call's checks and plans, not as
+    a stream's, `test_streams`.)"""
     ran = chunk_runs
     monkeypatch.setattr(_chunks, "_DIRECT_LENGTH", DIRECT_LENGTH)
     rng = np.random.default_rng(33)
@@ -255,6 +256,7 @@ def test_direct_products(monkeypatch, chunk_runs):
             with monkeypatch.context() as m:
                 m.setattr(_chunks, "_output", None)
                 m.setattr(_filters, "linear_recurrence", None)
+                m.setattr(_filters, "_streams", {})
                 product = function()
             assert bool(ran) == (shape[axis] >= 16), (name, shape)
             assert all(ran), (name, shape)
@@ -316,6 +318,107 @@ def test_direct_products(monkeypatch, chunk_runs):
     assert all(isinstance(kept, tuple) for kept in _chunks._direct_kept.values())
 
 
+def test_streams(monkeypatch):
+    """A stream (the same filter on blocks of one shape, dtype and layout, NumPy arrays with
+    or without zi), once a block has run as one product, is that product again without
+    the call's checks and plans (which would fail here): `lfilter` (a FIR filter's zi
+    reaching past the block; zi broadcast), `sosfilt`, along any axis, reversed views,
+    float32 and integer blocks, as SciPy gives the whole signal block by block. Another
+    layout, dtype, zi, axis or design (changed in place) is another call; a non-finite
+    block, and matrices no longer kept, go through the checks (the recurrences carry an
+    infinity or NaN as SciPy does); the last _STREAMS_KEPT calls are kept."""
+    monkeypatch.setattr(_chunks, "_direct_kept", collections.OrderedDict())
+    monkeypatch.setattr(_filters, "_streams", {})
+    rng = np.random.default_rng(34)
+    b, a = ss.cheby1(6, 1, 0.2)
+    fir = ss.firwin(17, 0.2), np.ones(1)
+    sos = ss.ellip(6, 1, 60, (0.2, 0.3), "bandstop", output="sos")
+    filters = {"lfilter": (signal.lfilter, ss.lfilter, (b, a), ()),
+               "fir": (signal.lfilter, ss.lfilter, fir, ()),
+               "sosfilt": (signal.sosfilt, ss.sosfilt, (sos,), (len(sos),))}
+    for (shape, axis, block), dtype, (name, (ours, scipys, design, lead)), state in \
+            itertools.product(
+                (((40 * 8,), 0, 8), ((3, 24 * 9), -1, 24), ((24 * 7, 2, 3), 0, 24),
+                 ((2, 32 * 6, 3), 1, 32), ((5, 100 * 5), 1, 100)),
+                (np.float64, np.float32, np.int32), filters.items(), (False, True, "ones")):
+        axis %= len(shape)
+        if state == "ones" and name == "sosfilt":
+            continue
+        x = np.flip(rng.standard_normal(shape) * 100, -1).astype(dtype)
+        order = 2 if lead else max(map(len, design)) - 1
+        zshape = [*lead, *shape[:axis], order, *shape[axis + 1:]]
+        if state == "ones":  # lfilter broadcasts dimensions of length 1
+            zshape = [order if k == len(lead) + axis else 1 for k in range(len(zshape))]
+        zi = rng.standard_normal(zshape) if state else None
+        kwargs = {"zi": zi} if state else {}
+        expected = scipys(*design, x, axis=axis, **kwargs)  # the whole signal
+        blocks = []
+        for k, start in enumerate(range(0, shape[axis], block)):
+            piece = x[(slice(None),) * axis + (slice(start, start + block),)]
+            with monkeypatch.context() as m:
+                m.setattr(_filters, "_streams", {})
+                checked = ours(*design, piece, axis=axis, **kwargs)  # through the checks
+            with monkeypatch.context() as m:
+                if k > _chunks._DIRECT_AFTER:  # the stream's product, without the checks
+                    m.setattr(_filters, "_signal", None)
+                got = ours(*design, piece, axis=axis, **kwargs)
+            for have, want in zip(*(v if state else (v,) for v in (got, checked)), strict=True):
+                np.testing.assert_array_equal(have, want)
+            if state:
+                got, kwargs["zi"] = got
+                assert got.dtype == kwargs["zi"].dtype, (name, shape, dtype)
+                assert kwargs["zi"].flags.c_contiguous, (name, shape, dtype)
+            else:  # each block from rest
+                assert relative_error(got, scipys(*design, piece, axis=axis)) <= (
+                    1e-5 if dtype == np.float32 else 1e-10), (name, shape, dtype)
+            assert got.dtype == (np.float32 if dtype == np.float32 else np.float64)
+            assert got.flags.c_contiguous, (name, shape, dtype)
+            blocks.append(got)
+        if state:
+            bound = BOUND[np.float32 if dtype == np.float32 else np.float64]
+            assert relative_error(np.concatenate(blocks, axis), expected[0]) <= bound, (
+                name, shape, dtype, state)
+            assert relative_error(kwargs["zi"], expected[1]) <= bound, (
+                name, shape, dtype, state)
+    x, zi = rng.standard_normal(32), rng.standard_normal(6)
+    changed = b.copy()
+    for _ in range(1 + _chunks._DIRECT_AFTER):
+        signal.lfilter(changed, a, x, zi=zi)
+    changed[0] *= 2  # another design
+    for got, want in zip(signal.lfilter(changed, a, x, zi=zi),
+                         ss.lfilter(changed, a, x, zi=zi), strict=True):
+        assert relative_error(got, want) <= 1e-10
+    with pytest.raises(ValueError, match="`zi` must have shape"):
+        signal.lfilter(changed, a, x, zi=zi[:5])
+    complex_ = signal.lfilter(changed, a, x, zi=zi * 1j)[0]  # a complex zi: complex y
+    assert relative_error(complex_, ss.lfilter(changed, a, x, zi=zi * 1j)[0]) <= 1e-10
+    for bad in (np.nan, np.inf):
+        for args in ((np.where(np.arange(32) == 5, bad, x), zi), (x, np.where(zi > 1, bad, zi))):
+            got, zf = signal.lfilter(changed, a, *args[:1], zi=args[1])
+            want, want_zf = ss.lfilter(changed, a, *args[:1], zi=args[1])
+            np.testing.assert_array_equal(np.isfinite(got), np.isfinite(want))
+            np.testing.assert_array_equal(np.isfinite(zf), np.isfinite(want_zf))
+            both = np.isfinite(want)
+            np.testing.assert_allclose(got[both], want[both], rtol=1e-10, atol=1e-12)
+    _chunks._direct_kept.clear()  # the stream's matrices are gone: counted and built again
+    with monkeypatch.context() as m:
+        m.setattr(_filters, "_signal", None)
+        with pytest.raises(TypeError):
+            signal.lfilter(changed, a, x, zi=zi)
+    monkeypatch.setattr(_filters, "_STREAMS_KEPT", 2)
+    for length in (20, 21, 22):
+        for _ in range(1 + _chunks._DIRECT_AFTER):
+            signal.sosfilt(sos, rng.standard_normal(length))
+    assert [key[1] for key in _filters._streams] == [(21,), (22,)]
+    for _ in range(1 + _chunks._DIRECT_AFTER):
+        signal.sosfilt(sos, x)
+    assert [key[1] for key in _filters._streams] == [(22,), (32,)]
+    monkeypatch.setattr(_filters, "_STREAMS_KEPT", 0)  # none taken
+    monkeypatch.setattr(_filters, "_signal", None)
+    with pytest.raises(TypeError):
+        signal.sosfilt(sos, x)
+
+
 def test_chunks_in_segments(monkeypatch, chunk_runs):
     """Signals whose steps lie apart ((T, C) along axis 0, reversed views, strided or
     reversed views of one channel) are filtered a segment of time at a time, each from the
@@ -355,8 +458,6 @@ def test_chunks_in_segments(monkeypatch, chunk_runs):
             assert all(ran), (shape, ran)
             assert len(ran) > 12, (shape, ran)  # each call in segments
             ran.clear()
-    from cuscan.signal import _filters
-
     for shape, axis in (((1000, 3), 0), ((2, 1500, 2), 1)):  # backward in time: transposes
         w = rng.standard_normal(shape)
         for design in ((sos.tobytes(),), tuple(np.asarray(c, np.float64).tobytes()
@@ -408,8 +509,6 @@ def test_linear_maps_on_host(chunk_runs):
     to the first or last samples. Against SciPy and by the dot-product test
     ``<F x, w> = <x, F^T w>``, for every design and band, filters in (b, a) form, lengths
     the chunks divide and not, any axis, reversed views and channels apart."""
-    from cuscan.signal import _filters
-
     ran = chunk_runs
     rng = np.random.default_rng(29)
     designs = [(sos.tobytes(),) for sos in (
@@ -488,8 +587,6 @@ def test_linear_maps_with_state(monkeypatch, chunk_runs):
     that outlasts the matrices' budget leave the filter to its recurrences, with the same
     values (and gradients)."""
     torch = pytest.importorskip("torch")
-    from cuscan.signal import _filters
-
     monkeypatch.setattr(_filters, "_STATE_BLOCK", 97)
     _filters._state_maps.cache_clear()
     ran = chunk_runs
@@ -1802,8 +1899,6 @@ def test_framework_chunks(framework, chunk_runs):
 
     expected = (*ss.sosfilt(sos, x, zi=zi), ss.lfilter(b, a, x), ss.filtfilt(b, a, x),
                 ss.sosfiltfilt(sos, x))
-    from cuscan.signal import _filters
-
     # From zi, the first map that autodiff or a trace may record computes the matrices of
     # the state's part: its responses in chunks too, one run for zi and one per section;
     # and the second pass of `filtfilt` and of `sosfiltfilt` its steady state's response.
@@ -2274,8 +2369,6 @@ def test_torch_compile():
     caches included), and runs ema inside the graph (fullgraph=True); values and gradients
     are the uncompiled ones."""
     torch = require("torch")
-    from cuscan.signal import _filters
-
     _filters._stages.cache_clear()  # the design runs inside the compiled call
     torch._dynamo.reset()
     rng = np.random.default_rng(12)

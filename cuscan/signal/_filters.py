@@ -8,6 +8,7 @@ import functools
 import importlib
 import numbers
 import sys
+import threading
 from fractions import Fraction
 from typing import Any
 
@@ -909,6 +910,89 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
     return zi if shape == expected else ns.broadcast_to(zi, expected)
 
 
+# Streams: one filter on block after block of one shape, dtype and layout (NumPy arrays,
+# with or without zi). Once such a call has run as one product with the filter's matrices
+# for the block's length (`_chunks.product`, or `_chunks.cascade`'s), the same call again
+# takes that product straight (`_Stream`), without the checks and plans around it, which
+# cost several times the product on short blocks. The last _STREAMS_KEPT calls are kept
+# (none, and none taken, at 0).
+_STREAMS_KEPT = 64
+_streams: dict = {}
+_streams_lock = threading.Lock()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Stream:
+    """A call's product: the key of its matrices (`_chunks.again`), the time axis, the
+    shape of zi as the product takes it (SciPy's, broadcast as `lfilter` broadcasts it;
+    None without zi), whether zi is stacked by filter (`sosfilt`) or not (`lfilter`),
+    and the dtype returned."""
+
+    key: tuple
+    axis: int
+    state: tuple | None
+    stacked: bool
+    dtype: np.dtype
+
+    def __call__(self, x: np.ndarray, zi: np.ndarray | None):
+        """The call again on ``x`` and ``zi`` (of the key's dtypes, shapes and layouts), or
+        None where `_chunks.again` declines."""
+        if zi is not None:
+            if zi.shape != self.state:
+                zi = np.broadcast_to(zi, self.state)
+            zi = zi.astype(np.float64, copy=False)
+            if not self.stacked:
+                zi = zi[None]
+        done = _chunks.again(self.key, x.astype(np.float64, copy=False), self.axis, zi)
+        if done is None:
+            return None
+        y, zf = done
+        y = y.astype(self.dtype, copy=False)
+        if zf is None:
+            return y
+        return y, (zf if self.stacked else zf[0]).astype(self.dtype, copy=False)
+
+
+def _stream_key(design: tuple, x, axis, zi) -> tuple | None:
+    """A call's key among `_streams`: the ``design``'s arrays (dtypes, shapes, bytes), and
+    the dtypes, shapes and strides of ``x`` and ``zi``, with ``axis``; None unless all are
+    NumPy arrays (and ``axis`` an int)."""
+    if type(x) is not np.ndarray or type(axis) is not int \
+            or (zi is not None and type(zi) is not np.ndarray):
+        return None
+    key = [x.dtype, x.shape, x.strides, axis]
+    key += (None,) if zi is None else (zi.dtype, zi.shape, zi.strides)
+    for c in design:
+        if type(c) is not np.ndarray:
+            return None
+        key += (c.dtype, c.shape, c.tobytes())
+    return tuple(key)
+
+
+def _streamed(run, design: tuple, x, axis, zi, stacked: bool):
+    """``run(*design, x, axis, zi)``, the filter's call; the product it took where the same
+    call (`_stream_key`) took one before (`_Stream`)."""
+    key = _stream_key(design, x, axis, zi)
+    if key is None:
+        return run(*design, x, axis, zi)
+    stream = _streams.get(key) if _STREAMS_KEPT else None
+    if stream is not None:
+        done = stream(x, zi)
+        if done is not None:
+            return done
+    with _chunks.products() as taken:
+        done = run(*design, x, axis, zi)
+    if len(taken) == 1 and not taken[0][1]:
+        y, zf = (done, None) if zi is None else done
+        stream = _Stream(taken[0][0], axis % x.ndim, None if zf is None else zf.shape,
+                         stacked, y.dtype)
+        with _streams_lock:
+            _streams[key] = stream
+            while len(_streams) > _STREAMS_KEPT:
+                del _streams[next(iter(_streams))]
+    return done
+
+
 @public
 @_front_door
 def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
@@ -968,6 +1052,10 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     >>> lfilter([1.0], [1.0, -0.5], [1.0, 0.0, 0.0, 0.0])
     array([1.   , 0.5  , 0.25 , 0.125])
     """
+    return _streamed(_lfilter, (b, a), x, axis, zi, stacked=False)
+
+
+def _lfilter(b, a, x, axis: int, zi):
     b, a = _normalized(b, a)
     ns, x, axis = _signal(x, axis, zi)
     order = max(a.size, b.size) - 1
@@ -1045,6 +1133,10 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     >>> sosfilt(sos, [1.0, 0.0, 0.0, 0.0])
     array([1.   , 0.5  , 0.25 , 0.125])
     """
+    return _streamed(_sosfilt, (sos,), x, axis, zi, stacked=True)
+
+
+def _sosfilt(sos, x, axis: int, zi):
     sos = _sections(sos)
     ns, x, axis = _signal(x, axis, zi)
     zi = _state(ns, zi, x, axis, 2, sections=sos.shape[0])
