@@ -62,11 +62,10 @@ SHORT_FILTERS = {**{f"lfilter butter {order}": (signal.lfilter, scipy.signal.lfi
                  **{f"sosfilt butter {order}": (signal.sosfilt, scipy.signal.sosfilt,
                                                 (scipy.signal.butter(order, 0.1, output="sos"),))
                     for order in (2, 16, 32)}}
-SETTINGS = {"chunks": _chunks._MIN_LENGTH, "without": math.inf}
-# A stream's blocks, as a user's calls run them, and with the stages' recurrences (no
-# chunks, no products, no streams).
-STREAM_SETTINGS = {"chunks": {}, "without": {(_chunks, "_MIN_LENGTH"): math.inf,
-                                             (_filters, "_STREAMS_KEPT"): 0}}
+# As a user's calls run, and with the stages' recurrences (no chunks, no products, no
+# streams' products).
+SETTINGS = {"chunks": {}, "without": {(_chunks, "_MIN_LENGTH"): math.inf,
+                                      (_filters, "_STREAMS_KEPT"): 0}}
 DIRECT_LENGTHS = (1, 8, 16, 32, 64, 128, 192, 256)
 DIRECT_CHANNELS = (1, 16, 256, 4096)
 # Short blocks again and again: a stream's product (`_filters._streamed`), the product
@@ -99,8 +98,8 @@ def _short(rng, header: str) -> list:
             x = rng.standard_normal((channels, length))
             repeats = max(5, min(200, 2 * 10**5 // x.size))
             for name, (ours, theirs, design) in SHORT_FILTERS.items():
-                best = alternated(functools.partial(ours, *design, x), _chunks, "_MIN_LENGTH",
-                                  SETTINGS, repeats)
+                best = alternated_settings(functools.partial(ours, *design, x), SETTINGS,
+                                           repeats)
                 scipy_s = best_time(functools.partial(theirs, *design, x), repeats)
                 rows.append({"shape": [channels, length], "filter": name,
                              "chunks_s": best["chunks"], "without_s": best["without"],
@@ -173,8 +172,8 @@ def main() -> None:
         x = rng.standard_normal(shape)
         repeats = max(3, min(30, 3 * 10**6 // x.size))
         for name, (b, a) in FILTERS.items():
-            best = alternated(functools.partial(signal.lfilter, b, a, x), _chunks,
-                              "_MIN_LENGTH", SETTINGS, repeats)
+            best = alternated_settings(functools.partial(signal.lfilter, b, a, x), SETTINGS,
+                                       repeats)
             theirs = best_time(functools.partial(scipy.signal.lfilter, b, a, x), repeats)
             rows.append({"shape": list(shape), "filter": name, "chunks_s": best["chunks"],
                          "without_s": best["without"], "scipy_s": theirs})
@@ -194,7 +193,7 @@ def main() -> None:
                 ("sosfilt order 8", functools.partial(signal.sosfilt, sos),
                  functools.partial(scipy.signal.sosfilt, sos), np.zeros((4, channels, 2)))):
             best = alternated_settings(functools.partial(_streamed, ours, blocks, zi),
-                                       STREAM_SETTINGS, 3)
+                                       SETTINGS, 3)
             scipy_s = best_time(functools.partial(_streamed, theirs, blocks, zi), 3)
             streams.append({"channels": channels, "block": length, "filter": name,
                             "chunks_s": best["chunks"], "without_s": best["without"],

@@ -29,9 +29,17 @@ import math
 import numpy as np
 import scipy.signal
 
-from benchmarks._common import alternated, best_time, environment, peak_memories, peak_memory, write
+from benchmarks._common import (
+    alternated,
+    alternated_settings,
+    best_time,
+    environment,
+    peak_memories,
+    peak_memory,
+    write,
+)
 from cuscan import signal
-from cuscan.signal import _chunks
+from cuscan.signal import _chunks, _filters
 
 SHAPES = [(1, 10**4), (1, 10**5), (1, 10**6), (1, 10**7), (4, 10**6), (64, 156_250),
           (16, 4096), (256, 256), (1024, 512), (8, 65536)]
@@ -84,7 +92,9 @@ def _adjacent(x, axis: int, sections: int) -> bool:
 
 def main() -> None:
     rng = np.random.default_rng(0)
-    settings = {"chunks": _chunks._MIN_LENGTH, "without": math.inf}
+    # without: no chunks, no products (256 x 256), and no stream's product either
+    settings = {"chunks": {}, "without": {(_chunks, "_MIN_LENGTH"): math.inf,
+                                          (_filters, "_STREAMS_KEPT"): 0}}
     rows = []
     print("sosfilt along axis -1, float64; chunks / without (< 1: the chunks are faster), "
           "and each / scipy.signal.sosfilt")
@@ -96,7 +106,7 @@ def main() -> None:
         for order in ORDERS:
             sos = scipy.signal.butter(order, 0.05, output="sos")
             function = functools.partial(signal.sosfilt, sos, x)
-            best = alternated(function, _chunks, "_MIN_LENGTH", settings, repeats)
+            best = alternated_settings(function, settings, repeats)
             theirs = best_time(functools.partial(scipy.signal.sosfilt, sos, x), repeats)
             rows.append({"shape": list(shape), "order": order,
                          "chunk": _chunks._SHORT_CHUNK if order <= 2 else _chunks._CHUNK,
