@@ -1040,7 +1040,8 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     filter runs chunk by chunk as matrix products instead, its states
     in the same forms solved as recurrences over the chunks (docs/signal.md);
     a short block filtered again with the same length, as a stream's blocks
-    are, is one product with the filter's matrix for that length.
+    are, is one product with the filter's matrix for that length, and the
+    same call on NumPy arrays again takes it without the checks around it.
     The coefficients of a high-order design rounded to double precision can
     describe a different filter from the one designed, even an unstable one,
     whatever computes it: prefer `sosfilt` for designs above order 4 or so.
@@ -1120,10 +1121,12 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     matrix products instead, its states in the same forms solved as
     recurrences over the chunks (docs/signal.md); a short block filtered
     again with the same length, as a stream's blocks are, is one product
-    with the cascade's matrix for that length. Accuracy against ``scipy.signal.sosfilt`` on
-    standard designs (Butterworth, Chebyshev I and II, elliptic, Bessel;
-    orders 1 to 12; low-, high-, band-pass and band-stop): maximum error over
-    the signal's RMS below 1e-8 in float64 and 5e-3 in float32.
+    with the cascade's matrix for that length, and the same call on NumPy
+    arrays again takes it without the checks around it. Accuracy against
+    ``scipy.signal.sosfilt`` on standard designs (Butterworth, Chebyshev I
+    and II, elliptic, Bessel; orders 1 to 12; low-, high-, band-pass and
+    band-stop): maximum error over the signal's RMS below 1e-8 in float64
+    and 5e-3 in float32.
 
     Examples
     --------
