@@ -68,10 +68,10 @@ def chunk_runs(monkeypatch):
     """Whether each call of `_chunks.cascade` ran (True) or declined (False), with the
     output formed a few chunks at a time and chunk-level scans both as products, in
     blocks of a few chunks, and by `linear_recurrence`; never as one product
-    (`test_direct_products`), nor as a stream's product (`test_streams`)."""
+    (`test_direct_products`), nor as a stream's run (`test_streams`)."""
     monkeypatch.setattr(_chunks, "_DIRECT_LENGTH", 0)
     monkeypatch.setattr(_chunks, "_direct_kept", collections.OrderedDict())
-    monkeypatch.setattr(_filters, "_streams", {})
+    monkeypatch.setattr(_filters, "_STREAMS_KEPT", 0)
     monkeypatch.setattr(_chunks, "_BLOCK_ELEMENTS", 200)
     monkeypatch.setattr(_chunks, "_SCAN_BLOCK", 4)
     monkeypatch.setattr(_chunks, "_MATRIX_SCAN_ELEMENTS", 40)
@@ -256,7 +256,6 @@ def test_direct_products(monkeypatch, chunk_runs):
             with monkeypatch.context() as m:
                 m.setattr(_chunks, "_output", None)
                 m.setattr(_filters, "linear_recurrence", None)
-                m.setattr(_filters, "_streams", {})
                 product = function()
             assert bool(ran) == (shape[axis] >= 16), (name, shape)
             assert all(ran), (name, shape)
@@ -320,13 +319,15 @@ def test_direct_products(monkeypatch, chunk_runs):
 
 def test_streams(monkeypatch):
     """A stream (the same filter on blocks of one shape, dtype and layout, NumPy arrays with
-    or without zi), once a block has run as one product, is that product again without
-    the call's checks and plans (which would fail here): `lfilter` (a FIR filter's zi
-    reaching past the block; zi broadcast), `sosfilt`, along any axis, reversed views,
-    float32 and integer blocks, as SciPy gives the whole signal block by block. Another
-    layout, dtype, zi, axis or design (changed in place) is another call; a non-finite
-    block, and matrices no longer kept, go through the checks (the recurrences carry an
-    infinity or NaN as SciPy does); the last _STREAMS_KEPT calls are kept."""
+    or without zi), once a block has run in chunks or as one product, runs so again
+    without the call's checks and plans (which would fail here), with their results:
+    `lfilter` (a FIR filter's zi reaching past the block; zi broadcast), `sosfilt`, along
+    any axis, reversed views, steps apart, float32 and integer blocks, as SciPy gives the
+    whole signal block by block. Another layout, dtype, zi, axis or design (changed in
+    place) is another call; a non-finite block goes through the checks (the recurrences
+    carry an infinity or NaN as SciPy does), and so does a block below 16 samples whose
+    matrices are no longer kept (the chunks count and build them again); the last
+    _STREAMS_KEPT calls are kept."""
     monkeypatch.setattr(_chunks, "_direct_kept", collections.OrderedDict())
     monkeypatch.setattr(_filters, "_streams", {})
     rng = np.random.default_rng(34)
@@ -339,7 +340,8 @@ def test_streams(monkeypatch):
     for (shape, axis, block), dtype, (name, (ours, scipys, design, lead)), state in \
             itertools.product(
                 (((40 * 8,), 0, 8), ((3, 24 * 9), -1, 24), ((24 * 7, 2, 3), 0, 24),
-                 ((2, 32 * 6, 3), 1, 32), ((5, 100 * 5), 1, 100)),
+                 ((2, 32 * 6, 3), 1, 32), ((5, 100 * 5), 1, 100), ((600 * 4,), 0, 600),
+                 ((2, 300 * 4), -1, 300), ((300 * 4, 3), 0, 300)),
                 (np.float64, np.float32, np.int32), filters.items(), (False, True, "ones")):
         axis %= len(shape)
         if state == "ones" and name == "sosfilt":
@@ -400,11 +402,19 @@ def test_streams(monkeypatch):
             np.testing.assert_array_equal(np.isfinite(zf), np.isfinite(want_zf))
             both = np.isfinite(want)
             np.testing.assert_allclose(got[both], want[both], rtol=1e-10, atol=1e-12)
-    _chunks._direct_kept.clear()  # the stream's matrices are gone: counted and built again
+    short = x[:8]
+    for _ in range(1 + _chunks._DIRECT_AFTER):
+        signal.lfilter(changed, a, short, zi=zi)
+    _chunks._direct_kept.clear()  # the matrices are gone
     with monkeypatch.context() as m:
         m.setattr(_filters, "_signal", None)
-        with pytest.raises(TypeError):
-            signal.lfilter(changed, a, x, zi=zi)
+        for _ in range(1 + _chunks._DIRECT_AFTER):  # in chunks, counted and built again
+            for got, want in zip(signal.lfilter(changed, a, x, zi=zi),
+                                 ss.lfilter(changed, a, x, zi=zi), strict=True):
+                assert relative_error(got, want) <= 1e-10
+        assert all(isinstance(kept, tuple) for kept in _chunks._direct_kept.values())
+        with pytest.raises(TypeError):  # below 16 samples: through the checks
+            signal.lfilter(changed, a, short, zi=zi)
     monkeypatch.setattr(_filters, "_STREAMS_KEPT", 2)
     for length in (20, 21, 22):
         for _ in range(1 + _chunks._DIRECT_AFTER):

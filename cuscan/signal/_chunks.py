@@ -32,7 +32,6 @@ outputs that state gives with no input).
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import math
 import threading
@@ -469,7 +468,6 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
 
 _direct_kept: collections.OrderedDict = collections.OrderedDict()
 _direct_lock = threading.Lock()
-_handed = threading.local()  # `products`' record in this thread
 
 
 def _takes_product(length: int, state: int, size: int) -> bool:
@@ -502,35 +500,7 @@ def _direct(key: tuple, reverse: bool, build) -> tuple | None:
         with _direct_lock:
             if key in _direct_kept:
                 _direct_kept[key] = kept
-    record = getattr(_handed, "keys", None)
-    if kept and record is not None:
-        record.append((key, reverse))
     return kept or None
-
-
-@contextlib.contextmanager
-def products():
-    """A list of the keys and directions of the matrices `_direct` hands out in this
-    thread within the block (`_filters`' streams: a call that took one product, forward,
-    takes it `again`)."""
-    outer = getattr(_handed, "keys", None)
-    _handed.keys = record = []
-    try:
-        yield record
-    finally:
-        _handed.keys = outer
-
-
-def again(key: tuple, x: np.ndarray, axis: int, zi) -> tuple | None:
-    """The product with the matrices `_direct` handed out by ``key`` (forward in time), on
-    ``x`` from ``zi`` as `product` takes them: ``(y, zf)``, or None where they are no
-    longer kept or a sample, a state or an output is not finite."""
-    with _direct_lock:
-        matrices = _direct_kept.get(key)
-        if not isinstance(matrices, tuple):
-            return None
-        _direct_kept.move_to_end(key)
-    return _product(matrices, x, axis, zi, False, None, False)
 
 
 def unit_matrices(run, count: int, order: int, length: int) -> tuple | bool:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import cmath
+import contextlib
 import dataclasses
 import functools
 import importlib
 import numbers
 import sys
 import threading
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -731,6 +733,9 @@ def _in_chunks(ns, x, axis: int, zi, design: tuple[bytes, ...]) -> tuple | None:
     done = run(views[0], axis, None if zi is None else np.asarray(views[1], np.float64))
     if done is None:
         return None
+    runs = getattr(_ran, "runs", None)
+    if runs is not None:
+        runs.append((run, axis, views[0].shape))
     y, zf = done
     return ns.from_numpy(y), None if zf is None else ns.from_numpy(zf)
 
@@ -911,39 +916,53 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
 
 
 # Streams: one filter on block after block of one shape, dtype and layout (NumPy arrays,
-# with or without zi). Once such a call has run as one product with the filter's matrices
-# for the block's length (`_chunks.product`, or `_chunks.cascade`'s), the same call again
-# takes that product straight (`_Stream`), without the checks and plans around it, which
-# cost several times the product on short blocks. The last _STREAMS_KEPT calls are kept
-# (none, and none taken, at 0).
+# with or without zi). Once such a call has run in chunks or as one product with the
+# filter's matrices for the block's length (`_in_chunks`) on the signal as it lies, the
+# same call again takes that run straight (`_Stream`), without the checks and plans around
+# it, which cost several times the product on short blocks. The last _STREAMS_KEPT calls
+# are kept (none, and none taken, at 0).
 _STREAMS_KEPT = 64
 _streams: dict = {}
 _streams_lock = threading.Lock()
+_ran = threading.local()  # `_recording`'s record in this thread
+
+
+@contextlib.contextmanager
+def _recording():
+    """A list of the runs `_in_chunks` takes on NumPy arrays in this thread within the
+    block: ``(run, axis, shape)``, ``run(x, axis, zi)`` on a float64 ``x`` of ``shape``
+    and a float64 zi stacked by filter."""
+    outer = getattr(_ran, "runs", None)
+    _ran.runs = runs = []
+    try:
+        yield runs
+    finally:
+        _ran.runs = outer
 
 
 @dataclasses.dataclass(frozen=True)
 class _Stream:
-    """A call's product: the key of its matrices (`_chunks.again`), the time axis, the
-    shape of zi as the product takes it (SciPy's, broadcast as `lfilter` broadcasts it;
-    None without zi), whether zi is stacked by filter (`sosfilt`) or not (`lfilter`),
-    and the dtype returned."""
+    """A call's run (`_recording`), along its time axis; the shape of zi as the run takes
+    it (SciPy's, broadcast as `lfilter` broadcasts it; None without zi), whether zi is
+    stacked by filter (`sosfilt`) or not (`lfilter`), and the dtype returned."""
 
-    key: tuple
+    run: Callable
     axis: int
     state: tuple | None
     stacked: bool
     dtype: np.dtype
 
     def __call__(self, x: np.ndarray, zi: np.ndarray | None):
-        """The call again on ``x`` and ``zi`` (of the key's dtypes, shapes and layouts), or
-        None where `_chunks.again` declines."""
+        """The call again on ``x`` and ``zi`` (of the dtypes, shapes and layouts it was
+        recorded on), or None where the run declines (a sample, a state or an output not
+        finite, or a product's matrices no longer kept)."""
         if zi is not None:
             if zi.shape != self.state:
                 zi = np.broadcast_to(zi, self.state)
             zi = zi.astype(np.float64, copy=False)
             if not self.stacked:
                 zi = zi[None]
-        done = _chunks.again(self.key, x.astype(np.float64, copy=False), self.axis, zi)
+        done = self.run(x.astype(np.float64, copy=False), self.axis, zi)
         if done is None:
             return None
         y, zf = done
@@ -970,8 +989,8 @@ def _stream_key(design: tuple, x, axis, zi) -> tuple | None:
 
 
 def _streamed(run, design: tuple, x, axis, zi, stacked: bool):
-    """``run(*design, x, axis, zi)``, the filter's call; the product it took where the same
-    call (`_stream_key`) took one before (`_Stream`)."""
+    """``run(*design, x, axis, zi)``, the filter's call; the run in chunks or product it
+    took where the same call (`_stream_key`) took one before (`_Stream`)."""
     key = _stream_key(design, x, axis, zi)
     if key is None:
         return run(*design, x, axis, zi)
@@ -980,11 +999,11 @@ def _streamed(run, design: tuple, x, axis, zi, stacked: bool):
         done = stream(x, zi)
         if done is not None:
             return done
-    with _chunks.products() as taken:
+    with _recording() as runs:
         done = run(*design, x, axis, zi)
-    if len(taken) == 1 and not taken[0][1]:
+    if len(runs) == 1 and runs[0][1:] == (axis % x.ndim, x.shape):  # on x as it lies
         y, zf = (done, None) if zi is None else done
-        stream = _Stream(taken[0][0], axis % x.ndim, None if zf is None else zf.shape,
+        stream = _Stream(runs[0][0], axis % x.ndim, None if zf is None else zf.shape,
                          stacked, y.dtype)
         with _streams_lock:
             _streams[key] = stream
@@ -1040,8 +1059,9 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     filter runs chunk by chunk as matrix products instead, its states
     in the same forms solved as recurrences over the chunks (docs/signal.md);
     a short block filtered again with the same length, as a stream's blocks
-    are, is one product with the filter's matrix for that length, and the
-    same call on NumPy arrays again takes it without the checks around it.
+    are, is one product with the filter's matrix for that length. The same
+    call on NumPy arrays again (a stream's next block) runs as the last one
+    did, in chunks or as one product, without the checks around it.
     The coefficients of a high-order design rounded to double precision can
     describe a different filter from the one designed, even an unstable one,
     whatever computes it: prefer `sosfilt` for designs above order 4 or so.
@@ -1121,8 +1141,9 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     matrix products instead, its states in the same forms solved as
     recurrences over the chunks (docs/signal.md); a short block filtered
     again with the same length, as a stream's blocks are, is one product
-    with the cascade's matrix for that length, and the same call on NumPy
-    arrays again takes it without the checks around it. Accuracy against
+    with the cascade's matrix for that length. The same call on NumPy arrays
+    again (a stream's next block) runs as the last one did, in chunks or as
+    one product, without the checks around it. Accuracy against
     ``scipy.signal.sosfilt`` on standard designs (Butterworth, Chebyshev I
     and II, elliptic, Bessel; orders 1 to 12; low-, high-, band-pass and
     band-stop): maximum error over the signal's RMS below 1e-8 in float64
