@@ -11,7 +11,8 @@ both alike), and prints chunks / without and each time beside `scipy.signal`'s:
    and FIR filters of 17 and 65 taps, over one to 256 channels;
 2. a long signal filtered block by block with ``zi`` (streaming), by `lfilter`
    (order 4) and `sosfilt` (order 8), whose initial and final states enter and leave
-   the chunks as products;
+   the chunks as products, each block the same call again (a stream's run, without
+   the call's checks and plans: `_filters._streamed`);
 3. the chunk length (`_CHUNK`) for filters of orders 4 and 8, whose pairs of poles run
    among other stages: the time at 16, 32 and 128 samples against that at `_CHUNK`;
 4. short signals, 16 to 127 samples (from `_MIN_LENGTH`, in chunks of `_MIN_CHUNK`
@@ -24,10 +25,10 @@ both alike), and prints chunks / without and each time beside `scipy.signal`'s:
    samples, the recurrences, which also build the matrices there), whether
    `_chunks`' rule takes the product there, and the time of the call that builds the
    matrices (after `_DIRECT_AFTER` calls in chunks); and the product as a stream's
-   (`_filters._streamed`, without the call's checks and plans) against the product
-   through them.
+   run against the product through the call's checks and plans.
 
-Sections 1 to 3 run as a user's calls do: short blocks of a stream as a stream's product.
+Sections 1, 3 and 4 time each call with its checks and plans, as a call on new arrays
+runs (streams off), short blocks of a stream (section 2) as a stream's runs.
 
 Writes results/lfilter_chunks.json.
 
@@ -62,18 +63,22 @@ SHORT_FILTERS = {**{f"lfilter butter {order}": (signal.lfilter, scipy.signal.lfi
                  **{f"sosfilt butter {order}": (signal.sosfilt, scipy.signal.sosfilt,
                                                 (scipy.signal.butter(order, 0.1, output="sos"),))
                     for order in (2, 16, 32)}}
-# As a user's calls run, and with the stages' recurrences (no chunks, no products, no
-# streams' products).
-SETTINGS = {"chunks": {}, "without": {(_chunks, "_MIN_LENGTH"): math.inf,
-                                      (_filters, "_STREAMS_KEPT"): 0}}
+# Each call with its checks and plans, as a call on new arrays runs (streams are off but
+# where a setting turns them on): in chunks, and with the stages' recurrences.
+STREAMS = _filters._STREAMS_KEPT
+SETTINGS = {"chunks": {}, "without": {(_chunks, "_MIN_LENGTH"): math.inf}}
+# A stream's blocks as a user's calls run them (the same call again: a stream's run), and
+# with the recurrences.
+STREAM_SETTINGS = {"chunks": {(_filters, "_STREAMS_KEPT"): STREAMS},
+                   "without": {(_chunks, "_MIN_LENGTH"): math.inf}}
 DIRECT_LENGTHS = (1, 8, 16, 32, 64, 128, 192, 256)
 DIRECT_CHANNELS = (1, 16, 256, 4096)
 # Short blocks again and again: a stream's product (`_filters._streamed`), the product
 # through the call's checks and plans, and the chunks.
-DIRECT_SETTINGS = {
-    "stream": {(_chunks, "_DIRECT_LENGTH"): max(DIRECT_LENGTHS)},
-    "product": {(_chunks, "_DIRECT_LENGTH"): max(DIRECT_LENGTHS), (_filters, "_STREAMS_KEPT"): 0},
-    "chunks": {(_chunks, "_DIRECT_LENGTH"): 0, (_filters, "_STREAMS_KEPT"): 0}}
+DIRECT_SETTINGS = {"stream": {(_chunks, "_DIRECT_LENGTH"): max(DIRECT_LENGTHS),
+                              (_filters, "_STREAMS_KEPT"): STREAMS},
+                   "product": {(_chunks, "_DIRECT_LENGTH"): max(DIRECT_LENGTHS)},
+                   "chunks": {(_chunks, "_DIRECT_LENGTH"): 0}}
 
 
 def _streamed(function, blocks: list, zi):
@@ -161,6 +166,15 @@ def _direct(rng) -> list:
 
 
 def main() -> None:
+    """Streams are off but in sections 2 and 5 (`STREAM_SETTINGS`, `DIRECT_SETTINGS`)."""
+    _filters._STREAMS_KEPT = 0
+    try:
+        _main()
+    finally:
+        _filters._STREAMS_KEPT = STREAMS
+
+
+def _main() -> None:
     rng = np.random.default_rng(0)
     header = (f"{'':>28} {'chunks/without':>15} {'chunks/scipy':>13} {'without/scipy':>14} "
               f"{'scipy (ms)':>11}")
@@ -193,7 +207,7 @@ def main() -> None:
                 ("sosfilt order 8", functools.partial(signal.sosfilt, sos),
                  functools.partial(scipy.signal.sosfilt, sos), np.zeros((4, channels, 2)))):
             best = alternated_settings(functools.partial(_streamed, ours, blocks, zi),
-                                       SETTINGS, 3)
+                                       STREAM_SETTINGS, 3)
             scipy_s = best_time(functools.partial(_streamed, theirs, blocks, zi), 3)
             streams.append({"channels": channels, "block": length, "filter": name,
                             "chunks_s": best["chunks"], "without_s": best["without"],

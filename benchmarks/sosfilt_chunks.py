@@ -29,15 +29,7 @@ import math
 import numpy as np
 import scipy.signal
 
-from benchmarks._common import (
-    alternated,
-    alternated_settings,
-    best_time,
-    environment,
-    peak_memories,
-    peak_memory,
-    write,
-)
+from benchmarks._common import alternated, best_time, environment, peak_memories, peak_memory, write
 from cuscan import signal
 from cuscan.signal import _chunks, _filters
 
@@ -91,10 +83,19 @@ def _adjacent(x, axis: int, sections: int) -> bool:
 
 
 def main() -> None:
+    """Each call with its checks and plans, as a call on new arrays runs (not as a stream's
+    run of the same call again: `lfilter_chunks`)."""
+    streams = _filters._STREAMS_KEPT
+    _filters._STREAMS_KEPT = 0
+    try:
+        _main()
+    finally:
+        _filters._STREAMS_KEPT = streams
+
+
+def _main() -> None:
     rng = np.random.default_rng(0)
-    # without: no chunks, no products (256 x 256), and no stream's product either
-    settings = {"chunks": {}, "without": {(_chunks, "_MIN_LENGTH"): math.inf,
-                                          (_filters, "_STREAMS_KEPT"): 0}}
+    settings = {"chunks": _chunks._MIN_LENGTH, "without": math.inf}
     rows = []
     print("sosfilt along axis -1, float64; chunks / without (< 1: the chunks are faster), "
           "and each / scipy.signal.sosfilt")
@@ -106,7 +107,7 @@ def main() -> None:
         for order in ORDERS:
             sos = scipy.signal.butter(order, 0.05, output="sos")
             function = functools.partial(signal.sosfilt, sos, x)
-            best = alternated_settings(function, settings, repeats)
+            best = alternated(function, _chunks, "_MIN_LENGTH", settings, repeats)
             theirs = best_time(functools.partial(scipy.signal.sosfilt, sos, x), repeats)
             rows.append({"shape": list(shape), "order": order,
                          "chunk": _chunks._SHORT_CHUNK if order <= 2 else _chunks._CHUNK,

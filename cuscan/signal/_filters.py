@@ -734,8 +734,8 @@ def _in_chunks(ns, x, axis: int, zi, design: tuple[bytes, ...]) -> tuple | None:
     if done is None:
         return None
     runs = getattr(_ran, "runs", None)
-    if runs is not None:
-        runs.append((run, axis, views[0].shape))
+    if runs is not None:  # a product reads any layout: any shape the signal takes
+        runs.append((run, axis, None if run.func is _chunks.product else views[0].shape))
     y, zf = done
     return ns.from_numpy(y), None if zf is None else ns.from_numpy(zf)
 
@@ -931,7 +931,8 @@ _ran = threading.local()  # `_recording`'s record in this thread
 def _recording():
     """A list of the runs `_in_chunks` takes on NumPy arrays in this thread within the
     block: ``(run, axis, shape)``, ``run(x, axis, zi)`` on a float64 ``x`` of ``shape``
-    and a float64 zi stacked by filter."""
+    (None for a short signal's product, which takes the signal in any layout) and a
+    float64 zi stacked by filter."""
     outer = getattr(_ran, "runs", None)
     _ran.runs = runs = []
     try:
@@ -1001,10 +1002,13 @@ def _streamed(run, design: tuple, x, axis, zi, stacked: bool):
             return done
     with _recording() as runs:
         done = run(*design, x, axis, zi)
-    if len(runs) == 1 and runs[0][1:] == (axis % x.ndim, x.shape):  # on x as it lies
+    if len(runs) != 1:
+        return done
+    taken, seen, shape = runs[0]
+    axis %= x.ndim
+    if shape is None or (seen, shape) == (axis, x.shape):  # not on a time-major copy
         y, zf = (done, None) if zi is None else done
-        stream = _Stream(runs[0][0], axis % x.ndim, None if zf is None else zf.shape,
-                         stacked, y.dtype)
+        stream = _Stream(taken, axis, None if zf is None else zf.shape, stacked, y.dtype)
         with _streams_lock:
             _streams[key] = stream
             while len(_streams) > _STREAMS_KEPT:
