@@ -6,6 +6,7 @@ validation, broadcasting and dtype promotion happened in the front door.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 
@@ -533,6 +534,33 @@ def _opaque_rows(view):
     return whole.view(np.dtype((np.void, row)))[..., 0]
 
 
+def _block_matrices(decays, chunk: int, dtype) -> tuple | None:
+    """`_blocked`'s ``powers[..., k] = a**(k + 1)`` and ``W[..., s, t] = a**(t - s)``
+    above the diagonal (zero below), for ``decays`` (its channels' shape) and chunks of
+    ``chunk`` steps, in ``dtype``; None where they are not all finite."""
+    powers = np.cumprod(np.broadcast_to(decays[..., None], (*decays.shape, chunk)), axis=-1,
+                        dtype=dtype)
+    lag = np.subtract.outer(np.arange(chunk), np.arange(chunk)).T
+    weights = np.concatenate([np.ones((*decays.shape, 1), dtype), powers], axis=-1)
+    weights = np.where(lag >= 0, weights[..., np.maximum(lag, 0)], 0).astype(dtype, copy=False)
+    if not np.isfinite(weights).all():
+        return None
+    return powers, weights
+
+
+@functools.lru_cache(maxsize=64)
+def _scalar_block_matrices(stored: str, data: bytes, shape: tuple, chunk: int,
+                           dtype: str) -> tuple | None:
+    """`_block_matrices` of one decay (``data`` of dtype ``stored``, ``shape`` of ones),
+    kept read-only: they cost tens of microseconds, a scan of 10^5 steps a few hundred."""
+    decays = np.frombuffer(data, stored).reshape(shape)
+    matrices = _block_matrices(decays, chunk, np.dtype(dtype))
+    if matrices is not None:
+        for m in matrices:
+            m.flags.writeable = False
+    return matrices
+
+
 def _blocked(a, x, h0, out) -> bool:
     """The chunked scan for decays constant in time, on time-contiguous operands.
 
@@ -542,7 +570,9 @@ def _blocked(a, x, h0, out) -> bool:
     BLAS, reading the operands in place. The last column of W gives the chunks' final
     states alone; their carries follow from the chunk-level recurrence with decay
     ``a**L``, scanned recursively; a carry ``c`` entering a chunk adds ``a**(t + 1)
-    * c`` at its step t. The remainder after the chunks is one more, shorter chunk.
+    * c`` at its step t, which the product gives where ``a * c`` is added to the chunk's
+    first sample (in a copy of a few chunks at a time, in cache). The matrices of a
+    single decay are kept. The remainder after the chunks is one more, shorter chunk.
     Reversed operands (negative steps) are scanned by the transposed matrices, on
     the chunks counted from the end.
 
@@ -558,15 +588,16 @@ def _blocked(a, x, h0, out) -> bool:
     chunk = _block_length(length, out.itemsize, decays.size)
     count = length // chunk
     rest = length - count * chunk
-    # powers[..., k] = a**(k + 1); W[..., s, t] = a**(t - s) above the diagonal.
-    powers = np.cumprod(np.broadcast_to(decays[..., None], (*decays.shape, chunk)), axis=-1,
-                        dtype=dtype)
-    lag = np.subtract.outer(np.arange(chunk), np.arange(chunk)).T
-    weights = np.concatenate([np.ones((*decays.shape, 1), dtype), powers], axis=-1)
-    weights = np.where(lag >= 0, weights[..., np.maximum(lag, 0)], 0).astype(dtype, copy=False)
-    if not np.isfinite(weights).all():
+    if decays.size == 1:  # one decay: its matrices are kept
+        matrices = _scalar_block_matrices(decays.dtype.str, decays.tobytes(), decays.shape,
+                                          chunk, np.dtype(dtype).str)
+    else:
+        matrices = _block_matrices(decays, chunk, dtype)
+    if matrices is None:
         return False
+    powers, weights = matrices
     whole = powers[..., -1]  # a**L: the decay over a chunk
+    decay_step = powers[..., :1]  # a, in the scan's dtype
     if reverse:
         weights, powers = np.swapaxes(weights, -1, -2), powers[..., ::-1]
     # Chunks of every channel as matrix rows: (*channels, count, chunk).
@@ -595,16 +626,19 @@ def _blocked(a, x, h0, out) -> bool:
         scan(decay, ends, h0, carries[1:], "auto")
     if not np.isfinite(carries).all():
         return False
-    entering = np.moveaxis(carries[:-1], 0, -1)[..., None]  # (*channels, count, 1)
+    # The carry c entering a chunk adds a**(t + 1) * c at its step t: a * c added to
+    # the chunk's first sample (its last, in reverse) before the product gives it.
+    entering = np.moveaxis(carries[:-1], 0, -1)  # (*channels, count)
     width = math.prod(out.shape[1:]) * chunk
     step = max(_MIN_BLOCK_ROWS, _BLOCK_ELEMENTS // width)
-    added = np.empty((*out.shape[1:], min(step, count), chunk), dtype)
+    scratch = np.empty((*out.shape[1:], min(step, count), chunk), dtype)
+    enters = -1 if reverse else 0
     for i in range(0, count, step):
         j = min(count, i + step)
-        block, extra = outr[..., i:j, :], added[..., :j - i, :]
-        np.matmul(xr[..., i:j, :], weights, out=block)
-        np.multiply(entering[..., i:j, :], powers[..., None, :], out=extra)
-        np.add(block, extra, out=block)
+        block, copied = outr[..., i:j, :], scratch[..., :j - i, :]
+        np.copyto(copied, xr[..., i:j, :])
+        copied[..., enters] += decay_step * entering[..., i:j]
+        np.matmul(copied, weights, out=block)
         if not np.isfinite(np.add.reduce(block, axis=None)):
             return False
     if rest:
