@@ -3,7 +3,8 @@
 Where the decays are constant in time and every channel's steps lie contiguous in
 memory (one channel; (C, T) along axis -1), the backend scans chunks of L steps as
 products with one L x L matrix of the decays' powers, run by BLAS on the operands
-in place, from 256 steps (`_BLOCKED_FROM`), in real dtypes (`_BLOCKED_COMPLEX`).
+in place, from 256 steps (`_BLOCKED_FROM`), in real dtypes and complex64 from 2,048
+(`_BLOCKED_COMPLEX_FROM`).
 Without it, such operands are scanned by the chunked or serial method, on
 time-major copies where the layout is scattered. Times `method="auto"` forward and
 the vector-Jacobian product with and without (the threshold set out of reach),
@@ -88,9 +89,10 @@ def main() -> None:
           " rule: whether method auto takes it")
     print(f"{'shape':>12} {'dtype':>10} {'decays':>8} {'forward':>8} {'vjp':>6} "
           f"{'without (ms)':>13} {'rule':>5}")
-    saved = _numpy_backend._BLOCKED_COMPLEX
+    saved = _numpy_backend._BLOCKED_COMPLEX_FROM
     taken = {(shape, dtype): rule(shape, dtype) for shape in SHAPES for dtype in DTYPES}
-    _numpy_backend._BLOCKED_COMPLEX = True  # complex operands timed with the products too
+    # complex operands timed with the products at any length too
+    _numpy_backend._BLOCKED_COMPLEX_FROM = {8: 0, 16: 0}
     try:
         for shape in SHAPES:
             for dtype in DTYPES:
@@ -112,11 +114,12 @@ def main() -> None:
                           f"{'yes' if row['rule'] else 'no':>5}", flush=True)
         lengths = block_lengths(rng)
     finally:
-        _numpy_backend._BLOCKED_COMPLEX = saved
+        _numpy_backend._BLOCKED_COMPLEX_FROM = saved
     path = write("numpy_blocked", {
         "environment": environment(), "blocked_from": chosen,
         "blocked_elements_from": _numpy_backend._BLOCKED_ELEMENTS_FROM,
-        "blocked_complex": saved, "block_bytes": _numpy_backend._BLOCK_BYTES, "rows": rows,
+        "blocked_complex_from": {str(size): steps for size, steps in saved.items()},
+        "block_bytes": _numpy_backend._BLOCK_BYTES, "rows": rows,
         "block_lengths": lengths})
     print(f"wrote {path}")
 

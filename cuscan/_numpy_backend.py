@@ -95,17 +95,19 @@ _WHOLE_ROWS_FROM = 4096
 # Decays constant in time turn each chunk's scan into a product with one L x L
 # matrix of their powers (see _blocked), run by BLAS on the operands in place where
 # every channel's steps are contiguous (one channel; (C, T) along axis -1), from
-# _BLOCKED_FROM steps and _BLOCKED_ELEMENTS_FROM elements, in real dtypes unless
-# _BLOCKED_COMPLEX. L is _BLOCK_BYTES // itemsize, halved (down to _MIN_BLOCK) while a
+# _BLOCKED_FROM steps and _BLOCKED_ELEMENTS_FROM elements, in real dtypes, and in complex
+# ones of an itemsize in _BLOCKED_COMPLEX_FROM from that many steps. L is
+# _BLOCK_BYTES // itemsize, halved (down to _MIN_BLOCK) while a
 # matrix per channel would hold more than 1 / _BLOCK_SHARE of a channel's steps. Each
 # product covers about _BLOCK_ELEMENTS elements, so that its result is still in cache
 # when the carries are added, and at least _MIN_BLOCK_ROWS chunks of every channel:
 # BLAS is slow on smaller matrices. A product costs L multiply-adds per element, four
-# times as many flops in complex: there the products took about the time of the
-# chunked or serial method, or more (benchmarks/numpy_blocked.py).
+# times as many flops in complex: there the products took 0.68 to 1.01 of the time of
+# the chunked or serial method in complex64 from 2,048 steps, but up to 1.51 on 256, and
+# 0.73 to 1.34 in complex128 (benchmarks/numpy_blocked.py).
 _BLOCKED_FROM = 256
 _BLOCKED_ELEMENTS_FROM = 65536
-_BLOCKED_COMPLEX = False
+_BLOCKED_COMPLEX_FROM = {8: 2048}
 _BLOCK_BYTES = 128
 _MIN_BLOCK = 8
 _BLOCK_SHARE = 4
@@ -380,7 +382,8 @@ def _blocked_layout(a, x, out) -> bool:
     """Whether the time-first operands suit `_blocked`: decays constant in time, and
     the steps of every channel of ``x`` and ``out`` contiguous, in the same direction."""
     if not _blocks(x.shape[0], x.size) or a.strides[0] != 0 or (
-            out.dtype.kind == "c" and not _BLOCKED_COMPLEX):
+            out.dtype.kind == "c"
+            and x.shape[0] < _BLOCKED_COMPLEX_FROM.get(out.dtype.itemsize, math.inf)):
         return False
     steps = x.strides[0], out.strides[0]
     return (abs(steps[0]) == x.itemsize and abs(steps[1]) == out.itemsize

@@ -609,13 +609,13 @@ def test_numpy_blocked(monkeypatch):
     axis -1) are scanned as matrix products over chunks: forward and backward give the
     reference's results for one decay and a decay per channel, lengths that the chunks do
     not divide, both directions, an initial state, strided channels, every float dtype, and
-    results computed a few chunks at a time."""
+    results computed a few chunks at a time; complex64 from 2,048 steps, complex128 never."""
     from cuscan import _numpy_backend
 
     monkeypatch.setattr(_numpy_backend, "_BLOCKED_FROM", 16)
     monkeypatch.setattr(_numpy_backend, "_BLOCKED_ELEMENTS_FROM", 16)
     monkeypatch.setattr(_numpy_backend, "_BLOCK_ELEMENTS", 200)
-    monkeypatch.setattr(_numpy_backend, "_BLOCKED_COMPLEX", True)
+    monkeypatch.setattr(_numpy_backend, "_BLOCKED_COMPLEX_FROM", {8: 0, 16: 0})
     ran = []
     blocked = _numpy_backend._blocked
 
@@ -685,10 +685,13 @@ def test_numpy_blocked(monkeypatch):
         ran.clear()
         check(numpy, decays, data, state.astype(data.dtype), axis=-1)
         assert ran == [False]
-    # Complex operands take the chunked or serial method unless _BLOCKED_COMPLEX.
-    monkeypatch.setattr(_numpy_backend, "_BLOCKED_COMPLEX", False)
-    for dtype, expected in (("complex64", []), ("complex128", []), ("float32", [True])):
-        ran.clear()
-        check(numpy, make(rng, (3, 1), dtype, low=0.5), make(rng, (3, 300), dtype, low=-1.0),
-              axis=-1)
-        assert ran == expected, dtype
+    # Complex operands take the chunked or serial method but complex64 from 2,048 steps
+    # (_BLOCKED_COMPLEX_FROM).
+    monkeypatch.undo()
+    monkeypatch.setattr(_numpy_backend, "_blocked", spy)
+    for dtype, length, expected in (("complex64", 2047, []), ("complex64", 2048, [True]),
+                                    ("complex128", 10**5, []), ("float32", 300, [True])):
+        ran.clear()  # 65,536 elements or more (_BLOCKED_ELEMENTS_FROM)
+        check(numpy, make(rng, (1, 1), dtype, low=0.5),
+              make(rng, (-(-65536 // length), length), dtype, low=-1.0), axis=-1)
+        assert ran == expected, (dtype, length)
