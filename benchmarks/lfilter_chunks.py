@@ -73,7 +73,7 @@ STREAM_SETTINGS = {"chunks": {(_filters, "_STREAMS_KEPT"): STREAMS},
                    "without": {(_chunks, "_MIN_LENGTH"): math.inf}}
 DIRECT_LENGTHS = (1, 8, 16, 32, 64, 128, 192, 256)
 DIRECT_CHANNELS = (1, 16, 256, 4096)
-# Short blocks again and again: a stream's product (`_filters._streamed`), the product
+# Short blocks again and again: a stream's run (`_filters._streamed`), the product
 # through the call's checks and plans, and the chunks.
 DIRECT_SETTINGS = {"stream": {(_chunks, "_DIRECT_LENGTH"): max(DIRECT_LENGTHS),
                               (_filters, "_STREAMS_KEPT"): STREAMS},

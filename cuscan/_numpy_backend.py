@@ -92,19 +92,18 @@ _MIN_TILE = 64
 # a few microseconds per array; it is done from _WHOLE_ROWS_FROM rows (time steps
 # times chunks), where the inner loop's per-row cost outgrows it.
 _WHOLE_ROWS_FROM = 4096
-# Decays constant in time turn each chunk's scan into a product with one L x L
-# matrix of their powers (see _blocked), run by BLAS on the operands in place where
-# every channel's steps are contiguous (one channel; (C, T) along axis -1), from
-# _BLOCKED_FROM steps and _BLOCKED_ELEMENTS_FROM elements, in real dtypes, and in complex
-# ones of an itemsize in _BLOCKED_COMPLEX_FROM from that many steps. L is
-# _BLOCK_BYTES // itemsize, halved (down to _MIN_BLOCK) while a
-# matrix per channel would hold more than 1 / _BLOCK_SHARE of a channel's steps. Each
-# product covers about _BLOCK_ELEMENTS elements, so that its result is still in cache
-# when the carries are added, and at least _MIN_BLOCK_ROWS chunks of every channel:
-# BLAS is slow on smaller matrices. A product costs L multiply-adds per element, four
-# times as many flops in complex: there the products took 0.68 to 1.01 of the time of
-# the chunked or serial method in complex64 from 2,048 steps, but up to 1.51 on 256, and
-# 0.73 to 1.34 in complex128 (benchmarks/numpy_blocked.py).
+# Decays constant in time turn each chunk's scan into a product with one L x L matrix of
+# their powers (see _blocked), run by BLAS on the operands in place where every channel's
+# steps are contiguous (one channel; (C, T) along axis -1), from _BLOCKED_FROM steps and
+# _BLOCKED_ELEMENTS_FROM elements, in real dtypes, and in complex ones of an itemsize in
+# _BLOCKED_COMPLEX_FROM from that many steps. L is _BLOCK_BYTES // itemsize, halved (down
+# to _MIN_BLOCK) while a matrix per channel would hold more than 1 / _BLOCK_SHARE of a
+# channel's steps. Each product covers about _BLOCK_ELEMENTS elements, so that their copy,
+# with the carries added, is still in cache for the product, and at least _MIN_BLOCK_ROWS
+# chunks of every channel: BLAS is slow on smaller matrices. A product costs L
+# multiply-adds per element, four times as many flops in complex: there the products took
+# 0.68 to 1.01 of the time of the chunked or serial method in complex64 from 2,048 steps,
+# but up to 1.51 on 256, and 0.73 to 1.34 in complex128 (benchmarks/numpy_blocked.py).
 _BLOCKED_FROM = 256
 _BLOCKED_ELEMENTS_FROM = 65536
 _BLOCKED_COMPLEX_FROM = {8: 2048}

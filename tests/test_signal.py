@@ -326,8 +326,8 @@ def test_streams(monkeypatch):
     whole signal block by block. Another layout, dtype, zi, axis or design (changed in
     place) is another call; a non-finite block goes through the checks (the recurrences
     carry an infinity or NaN as SciPy does), and so does a block below 16 samples whose
-    matrices are no longer kept (the chunks count and build them again); the last
-    _STREAMS_KEPT calls are kept."""
+    matrices are no longer kept (from 16 samples the stream's chunks run, and count and
+    build them again); the last _STREAMS_KEPT calls are kept."""
     monkeypatch.setattr(_chunks, "_direct_kept", collections.OrderedDict())
     monkeypatch.setattr(_filters, "_streams", {})
     rng = np.random.default_rng(34)
@@ -361,7 +361,7 @@ def test_streams(monkeypatch):
                 m.setattr(_filters, "_streams", {})
                 checked = ours(*design, piece, axis=axis, **kwargs)  # through the checks
             with monkeypatch.context() as m:
-                if k > _chunks._DIRECT_AFTER:  # the stream's product, without the checks
+                if k > _chunks._DIRECT_AFTER:  # the stream's run, without the checks
                     m.setattr(_filters, "_signal", None)
                 got = ours(*design, piece, axis=axis, **kwargs)
             for have, want in zip(*(v if state else (v,) for v in (got, checked)), strict=True):
