@@ -3,8 +3,8 @@
 Where the decays are constant in time and every channel's steps lie contiguous in
 memory (one channel; (C, T) along axis -1), the backend scans chunks of L steps as
 products with one L x L matrix of the decays' powers, run by BLAS on the operands
-in place, from 256 steps (`_BLOCKED_FROM`), in real dtypes and complex64 from 2,048
-(`_BLOCKED_COMPLEX_FROM`).
+in place, from 256 steps (`_BLOCKED_FROM`) and 8,192 elements (`_BLOCKED_ELEMENTS_FROM`),
+in real dtypes and complex64 from 2,048 steps (`_BLOCKED_COMPLEX_FROM`).
 Without it, such operands are scanned by the chunked or serial method, on
 time-major copies where the layout is scattered. Times `method="auto"` forward and
 the vector-Jacobian product with and without (the threshold set out of reach),
@@ -12,7 +12,8 @@ alternated in one process (so a loaded machine slows both alike), on (channels, 
 arrays along axis -1 with one decay per channel and with a single decay, complex
 ones with the products switched on; prints blocked / without and whether the rule
 takes the products. Then the chunk length: `_BLOCK_BYTES` of 64, 128 and 256 bytes
-on the larger shapes, each time over the chosen one's. Writes
+on the larger shapes, each time over the chosen one's; and the element threshold: the
+products at any size against without them on 1,024 to 32,768 elements. Writes
 results/numpy_blocked.json.
 
     python -m benchmarks.numpy_blocked
@@ -34,6 +35,10 @@ SHAPES = [(1, 256), (1, 1024), (1, 10**4), (1, 10**5), (1, 10**6), (1, 10**7), (
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 BLOCK_SHAPES = [(1, 10**6), (1, 10**7), (8, 10**6), (64, 156_250), (512, 2048), (2048, 2048)]
 BLOCK_BYTES = (64, 128, 256)
+# Around the element threshold (`_BLOCKED_ELEMENTS_FROM`), from `_BLOCKED_FROM` steps.
+ELEMENT_SHAPES = [(1, 1024), (1, 2048), (1, 4096), (1, 8192), (1, 16384), (1, 32768),
+                  (2, 4096), (4, 2048), (4, 4096), (8, 1024), (8, 2048), (16, 512), (16, 1024),
+                  (32, 256), (64, 256), (128, 256)]
 
 
 def passes(rng, shape, dtype, single: bool = False) -> dict:
@@ -80,6 +85,37 @@ def block_lengths(rng) -> list:
     return rows
 
 
+def elements(rng) -> list:
+    """Operands around the element threshold: the products at any size against without
+    them (the threshold out of reach), forward and vjp, one decay per channel and a single
+    one; real, and complex64 from the steps it takes the products at."""
+    settings = {"blocked": 0, "without": math.inf}
+    rows = []
+    print("\nelements: blocked (at any size) / without, forward and vjp; rule: whether "
+          "method auto takes the products")
+    complex_from = _numpy_backend._BLOCKED_COMPLEX_FROM.get(8, math.inf)
+    for shape in ELEMENT_SHAPES:
+        for dtype in (np.float32, np.float64, np.complex64):
+            for single in (False, True):
+                if (single and shape[0] == 1) or (dtype == np.complex64
+                                                  and shape[1] < complex_from):
+                    continue
+                row = {"shape": list(shape), "dtype": np.dtype(dtype).name,
+                       "single_decay": single, "rule": bool(rule(shape, dtype))}
+                for name, call in passes(rng, shape, dtype, single).items():
+                    best = alternated(call, _numpy_backend, "_BLOCKED_ELEMENTS_FROM", settings,
+                                      30)
+                    row.update({f"{name}_{s}_s": best[s] for s in settings})
+                rows.append(row)
+                print(f"{'x'.join(map(str, shape)):>12} {np.dtype(dtype).name:>10} "
+                      f"{'single' if single else 'channel':>8} "
+                      f"{row['forward_blocked_s'] / row['forward_without_s']:>8.2f} "
+                      f"{row['vjp_blocked_s'] / row['vjp_without_s']:>6.2f} "
+                      f"{row['forward_without_s'] * 1e6:>10.0f} us "
+                      f"{'yes' if row['rule'] else 'no':>5}", flush=True)
+    return rows
+
+
 def main() -> None:
     rng = np.random.default_rng(0)
     chosen = _numpy_backend._BLOCKED_FROM
@@ -113,6 +149,7 @@ def main() -> None:
                           f"{row['forward_without_s'] * 1e3:>13.2f} "
                           f"{'yes' if row['rule'] else 'no':>5}", flush=True)
         lengths = block_lengths(rng)
+        by_elements = elements(rng)
     finally:
         _numpy_backend._BLOCKED_COMPLEX_FROM = saved
     path = write("numpy_blocked", {
@@ -120,7 +157,7 @@ def main() -> None:
         "blocked_elements_from": _numpy_backend._BLOCKED_ELEMENTS_FROM,
         "blocked_complex_from": {str(size): steps for size, steps in saved.items()},
         "block_bytes": _numpy_backend._BLOCK_BYTES, "rows": rows,
-        "block_lengths": lengths})
+        "block_lengths": lengths, "elements": by_elements})
     print(f"wrote {path}")
 
 
