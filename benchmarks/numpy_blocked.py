@@ -149,9 +149,9 @@ def main() -> None:
                           f"{row['forward_without_s'] * 1e3:>13.2f} "
                           f"{'yes' if row['rule'] else 'no':>5}", flush=True)
         lengths = block_lengths(rng)
-        by_elements = elements(rng)
     finally:
         _numpy_backend._BLOCKED_COMPLEX_FROM = saved
+    by_elements = elements(rng)
     path = write("numpy_blocked", {
         "environment": environment(), "blocked_from": chosen,
         "blocked_elements_from": _numpy_backend._BLOCKED_ELEMENTS_FROM,
