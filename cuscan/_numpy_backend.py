@@ -101,11 +101,11 @@ _WHOLE_ROWS_FROM = 4096
 # channel's steps. Each product covers about _BLOCK_ELEMENTS elements, so that their copy,
 # with the carries added, is still in cache for the product, and at least _MIN_BLOCK_ROWS
 # chunks of every channel: BLAS is slow on smaller matrices. From 8,192 elements the
-# products took 0.17 to 1.15 of the time of the chunked, doubling or serial scan, forward
-# and backward (1.01 to 1.68 on 1,024 to 4,096 steps of one channel). A product costs L
+# products took 0.17 to 1.22 of the time of the chunked, doubling or serial scan, forward
+# and backward (0.82 to 1.68 on 1,024 to 4,096 steps of one channel). A product costs L
 # multiply-adds per element, four times as many flops in complex: there the products took
-# 0.68 to 1.01 of the time of the chunked or serial method in complex64 from 2,048 steps,
-# but up to 1.51 on 256, and 0.73 to 1.34 in complex128 (benchmarks/numpy_blocked.py).
+# 0.36 to 1.04 of the time of the chunked or serial method in complex64 from 2,048 steps,
+# but up to 1.53 on 256, and 0.80 to 1.73 in complex128 (benchmarks/numpy_blocked.py).
 _BLOCKED_FROM = 256
 _BLOCKED_ELEMENTS_FROM = 8192
 _BLOCKED_COMPLEX_FROM = {8: 2048}
