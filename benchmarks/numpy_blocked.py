@@ -100,20 +100,27 @@ def elements(rng) -> list:
                 if (single and shape[0] == 1) or (dtype == np.complex64
                                                   and shape[1] < complex_from):
                     continue
-                row = {"shape": list(shape), "dtype": np.dtype(dtype).name,
-                       "single_decay": single, "rule": bool(rule(shape, dtype))}
-                for name, call in passes(rng, shape, dtype, single).items():
-                    best = alternated(call, _numpy_backend, "_BLOCKED_ELEMENTS_FROM", settings,
-                                      30)
-                    row.update({f"{name}_{s}_s": best[s] for s in settings})
-                rows.append(row)
-                print(f"{'x'.join(map(str, shape)):>12} {np.dtype(dtype).name:>10} "
-                      f"{'single' if single else 'channel':>8} "
-                      f"{row['forward_blocked_s'] / row['forward_without_s']:>8.2f} "
-                      f"{row['vjp_blocked_s'] / row['vjp_without_s']:>6.2f} "
-                      f"{row['forward_without_s'] * 1e6:>10.0f} us "
-                      f"{'yes' if row['rule'] else 'no':>5}", flush=True)
+                rows.append(timed(rng, shape, dtype, single, rule(shape, dtype),
+                                  "_BLOCKED_ELEMENTS_FROM", settings, 30))
     return rows
+
+
+def timed(rng, shape, dtype, single: bool, taken: bool, name: str, settings: dict,
+          count: int) -> dict:
+    """A row: `passes` forward and vjp with ``_numpy_backend.<name>`` at each of
+    ``settings`` ("blocked" and "without"), alternated; printed as blocked / without."""
+    row = {"shape": list(shape), "dtype": np.dtype(dtype).name, "single_decay": single,
+           "rule": bool(taken)}
+    for label, call in passes(rng, shape, dtype, single).items():
+        best = alternated(call, _numpy_backend, name, settings, count)
+        row.update({f"{label}_{s}_s": best[s] for s in settings})
+    print(f"{'x'.join(map(str, shape)):>12} {np.dtype(dtype).name:>10} "
+          f"{'single' if single else 'channel':>8} "
+          f"{row['forward_blocked_s'] / row['forward_without_s']:>8.2f} "
+          f"{row['vjp_blocked_s'] / row['vjp_without_s']:>6.2f} "
+          f"{row['forward_without_s'] * 1e3:>13.3f} {'yes' if row['rule'] else 'no':>5}",
+          flush=True)
+    return row
 
 
 def main() -> None:
@@ -135,19 +142,8 @@ def main() -> None:
                 for single in (False, True):
                     if single and shape[0] == 1:
                         continue
-                    row = {"shape": list(shape), "dtype": np.dtype(dtype).name,
-                           "single_decay": single, "rule": bool(taken[shape, dtype])}
-                    for name, call in passes(rng, shape, dtype, single).items():
-                        best = alternated(call, _numpy_backend, "_BLOCKED_FROM", settings,
-                                          repeats(shape))
-                        row.update({f"{name}_{s}_s": best[s] for s in settings})
-                    rows.append(row)
-                    print(f"{'x'.join(map(str, shape)):>12} {np.dtype(dtype).name:>10} "
-                          f"{'single' if single else 'channel':>8} "
-                          f"{row['forward_blocked_s'] / row['forward_without_s']:>8.2f} "
-                          f"{row['vjp_blocked_s'] / row['vjp_without_s']:>6.2f} "
-                          f"{row['forward_without_s'] * 1e3:>13.2f} "
-                          f"{'yes' if row['rule'] else 'no':>5}", flush=True)
+                    rows.append(timed(rng, shape, dtype, single, taken[shape, dtype],
+                                      "_BLOCKED_FROM", settings, repeats(shape)))
         lengths = block_lengths(rng)
     finally:
         _numpy_backend._BLOCKED_COMPLEX_FROM = saved
