@@ -443,10 +443,12 @@ def _doubling(a, x, h0, out) -> None:
     that overflows only on the way leaves NaN or infinity in the state it enters.
     """
     length = a.shape[0]
-    h = np.array(np.broadcast_to(x, out.shape), out.dtype)
+    # h, p and the products in out's memory order, so that every pass runs along it (a
+    # broadcast decay copied in another order made each pass stride across rows).
+    h, p, added = (np.empty_like(out) for _ in range(3))
+    np.copyto(h, np.broadcast_to(x, out.shape), casting="unsafe")
     h[0] += a[0] * h0
-    p = np.array(np.broadcast_to(a, out.shape), out.dtype)
-    added = np.empty_like(h)
+    np.copyto(p, np.broadcast_to(a, out.shape), casting="unsafe")
     span = 1
     while span < length:
         rest = length - span
