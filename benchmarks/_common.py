@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -74,20 +75,27 @@ def alternated(function, module, name: str, values: dict, repeats: int, rounds: 
 
 def alternated_settings(function, settings: dict, repeats: int, rounds: int = 3) -> dict:
     """`alternated` with several attributes set at once: ``settings`` maps a label to
-    ``{(module, name): value}``. The attributes are restored after."""
-    saved = {(module, name): getattr(module, name)
-             for setting in settings.values() for module, name in setting}
+    ``{(module, name): value}`` (`assigned`)."""
     best = dict.fromkeys(settings, float("inf"))
-    try:
-        for _ in range(rounds):
-            for label, setting in settings.items():
-                for (module, name), value in saved.items():
-                    setattr(module, name, setting.get((module, name), value))
+    for _ in range(rounds):
+        for label, setting in settings.items():
+            with assigned(setting):
                 best[label] = min(best[label], best_time(function, repeats))
+    return best
+
+
+@contextlib.contextmanager
+def assigned(values: dict):
+    """Within the block, ``module.<name>`` set to each of ``values`` (``{(module, name):
+    value}``); restored after."""
+    saved = {key: getattr(*key) for key in values}
+    try:
+        for (module, name), value in values.items():
+            setattr(module, name, value)
+        yield
     finally:
         for (module, name), value in saved.items():
             setattr(module, name, value)
-    return best
 
 
 def peak_memory(function) -> int:

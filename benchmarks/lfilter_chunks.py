@@ -44,7 +44,14 @@ import time
 import numpy as np
 import scipy.signal
 
-from benchmarks._common import alternated, alternated_settings, best_time, environment, write
+from benchmarks._common import (
+    alternated,
+    alternated_settings,
+    assigned,
+    best_time,
+    environment,
+    write,
+)
 from cuscan import signal
 from cuscan.signal import _chunks, _filters
 
@@ -144,12 +151,8 @@ def _direct(rng) -> list:
                 build_s = time.perf_counter() - start
                 rule = bool(_chunks._direct_kept) and all(
                     isinstance(kept, tuple) for kept in _chunks._direct_kept.values())
-                saved = _chunks._DIRECT_WORK
-                _chunks._DIRECT_WORK = math.inf  # the product for every shape here
-                try:
+                with assigned({(_chunks, "_DIRECT_WORK"): math.inf}):  # the product everywhere
                     best = alternated_settings(call, DIRECT_SETTINGS, repeats)
-                finally:
-                    _chunks._DIRECT_WORK = saved
                 scipy_s = best_time(functools.partial(theirs, *design, x, zi=zi), repeats)
                 rows.append({"shape": [channels, length], "filter": name,
                              "stream_s": best["stream"], "product_s": best["product"],
@@ -167,11 +170,8 @@ def _direct(rng) -> list:
 
 def main() -> None:
     """Streams are off but in sections 2 and 5 (`STREAM_SETTINGS`, `DIRECT_SETTINGS`)."""
-    _filters._STREAMS_KEPT = 0
-    try:
+    with assigned({(_filters, "_STREAMS_KEPT"): 0}):
         _main()
-    finally:
-        _filters._STREAMS_KEPT = STREAMS
 
 
 def _main() -> None:
@@ -228,12 +228,8 @@ def _main() -> None:
             print(f"{'x'.join(map(str, shape)):>12} {name:>9} "
                   + " ".join(f"{n}: {best[n] / base:.2f}" for n in lengths)
                   + f"   {base * 1e3:.2f} ms", flush=True)
-    saved = _chunks._DIRECT_LENGTH
-    _chunks._DIRECT_LENGTH = 0  # in chunks
-    try:
+    with assigned({(_chunks, "_DIRECT_LENGTH"): 0}):  # in chunks
         short = _short(rng, header)
-    finally:
-        _chunks._DIRECT_LENGTH = saved
     direct = _direct(rng)
     path = write("lfilter_chunks", {"environment": environment(),
                                     "min_length": _chunks._MIN_LENGTH,

@@ -29,7 +29,15 @@ import math
 import numpy as np
 import scipy.signal
 
-from benchmarks._common import alternated, best_time, environment, peak_memories, peak_memory, write
+from benchmarks._common import (
+    alternated,
+    assigned,
+    best_time,
+    environment,
+    peak_memories,
+    peak_memory,
+    write,
+)
 from cuscan import signal
 from cuscan.signal import _chunks, _filters
 
@@ -85,12 +93,8 @@ def _adjacent(x, axis: int, sections: int) -> bool:
 def main() -> None:
     """Each call with its checks and plans, as a call on new arrays runs (not as a stream's
     run of the same call again: `lfilter_chunks`)."""
-    streams = _filters._STREAMS_KEPT
-    _filters._STREAMS_KEPT = 0
-    try:
+    with assigned({(_filters, "_STREAMS_KEPT"): 0}):
         _main()
-    finally:
-        _filters._STREAMS_KEPT = streams
 
 
 def _main() -> None:

@@ -714,11 +714,12 @@ def _in_chunks(ns, x, axis: int, zi, design: tuple[bytes, ...]) -> tuple | None:
     views = ns.numpy_views(x, zi)
     run = None
     if views is not None and _chunks.applies(views[0], axis, **size):
-        run = functools.partial(_chunks.cascade, f.steps())
+        run, shape = functools.partial(_chunks.cascade, f.steps()), views[0].shape
     elif views is not None and _chunks.short(views[0], axis, **size):
         length = x.shape[axis]
         run = functools.partial(_chunks.product, (design, length),
                                 build=functools.partial(_short_matrices, design, length))
+        shape = None  # a product reads any layout: any shape the signal takes
     if run is None:
         length = x.shape[axis]
         if not _on_host(ns, x, axis, zi, **size) \
@@ -734,8 +735,8 @@ def _in_chunks(ns, x, axis: int, zi, design: tuple[bytes, ...]) -> tuple | None:
     if done is None:
         return None
     runs = getattr(_ran, "runs", None)
-    if runs is not None:  # a product reads any layout: any shape the signal takes
-        runs.append((run, axis, None if run.func is _chunks.product else views[0].shape))
+    if runs is not None:
+        runs.append((run, axis, shape))
     y, zf = done
     return ns.from_numpy(y), None if zf is None else ns.from_numpy(zf)
 
