@@ -6,7 +6,8 @@ along the last axis: the serial kernel (one thread per channel) and the
 chunked parallel kernels, timed with CUDA events after warm-up (median of many
 repeats), with the achieved bandwidth (bytes that must move / time) next to a
 device-to-device copy of the same bytes measured in the same run, and what
-method="auto" picks. Paper (K80, T = 65536): 38.5x, 41.8x, 17.5x.
+method="auto" picks. The methods and the copy are timed in turn, call by call.
+Paper (K80, T = 65536): 38.5x, 41.8x, 17.5x.
 
     python -m benchmarks.table1 [--repeats N] [--json PATH]
 """
@@ -34,17 +35,26 @@ PAPER = {  # Table 1 of Martin & Cundy (2018), K80
 
 def gpu_time(cupy, function, repeats: int) -> float:
     """Median seconds of ``function`` over ``repeats`` calls, by CUDA events."""
+    return gpu_times(cupy, {None: function}, repeats)[None]
+
+
+def gpu_times(cupy, functions: dict, repeats: int) -> dict:
+    """Median seconds of each of ``functions`` (label -> function) over ``repeats`` calls,
+    by CUDA events, taking them in turn call by call, so that a host or device whose speed
+    drifts during the run slows all alike; by label."""
     for _ in range(3):
-        function()
-    times = []
+        for function in functions.values():
+            function()
+    times = {label: [] for label in functions}
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     for _ in range(repeats):
-        start.record()
-        function()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
-    return float(np.median(times))
+        for label, function in functions.items():
+            start.record()
+            function()
+            stop.record()
+            stop.synchronize()
+            times[label].append(cupy.cuda.get_elapsed_time(start, stop) / 1e3)
+    return {label: float(np.median(t)) for label, t in times.items()}
 
 
 def device_description(cupy) -> dict[str, str]:
@@ -70,13 +80,15 @@ def run(repeats: int) -> dict:
                 (features, length), -1)
             decays = cupy.asarray(rng.uniform(0.5, 1.0, shape).astype(np.float32))
             impulses = cupy.asarray(rng.standard_normal(shape).astype(np.float32))
-            times = {m: gpu_time(cupy, lambda m=m, a=decays, x=impulses, axis=axis:
-                                 cuscan.linear_recurrence(a, x, axis=axis, method=m), repeats)
-                     for m in ("serial", "parallel", "auto")}
             moved = 3 * decays.nbytes  # read decays and impulses, write h
             source = cupy.empty(moved // 2, np.uint8)
             target = cupy.empty_like(source)
-            copy = gpu_time(cupy, lambda s=source, t=target: t.__setitem__(Ellipsis, s), repeats)
+            times = gpu_times(cupy, {
+                **{m: lambda m=m, a=decays, x=impulses, axis=axis:
+                   cuscan.linear_recurrence(a, x, axis=axis, method=m)
+                   for m in ("serial", "parallel", "auto")},
+                "copy": lambda s=source, t=target: t.__setitem__(Ellipsis, s)}, repeats)
+            copy = times.pop("copy")
             best = min(times["serial"], times["parallel"])
             rows.append({
                 "layout": layout, "length": length, "features": features, "dtype": "float32",
