@@ -151,8 +151,12 @@ def main() -> None:
                   f"{grads}")
     versions = {lib: sys.modules[lib].__version__ for lib in ("cupy", "torch", "jax", "tensorflow")
                 if lib in sys.modules}
-    path = write("overhead", {"environment": {**environment(), **versions}, "calls": CALLS,
-                              "rows": rows})
+    described = {**environment(), **versions}
+    if any(row["library"] == "cupy" for row in rows):  # timed on a GPU: name it
+        from benchmarks.table1 import device_description
+
+        described |= device_description(sys.modules["cupy"])
+    path = write("overhead", {"environment": described, "calls": CALLS, "rows": rows})
     print(f"wrote {path}")
 
 

@@ -43,7 +43,7 @@ def gpu(repeats: int = 10) -> dict:
     import cupy
     import cupyx.scipy.signal
 
-    from benchmarks.table1 import device_description, gpu_time
+    from benchmarks.table1 import device_description, gpu_times
 
     rng = np.random.default_rng(0)
     rows = []
@@ -53,8 +53,10 @@ def gpu(repeats: int = 10) -> dict:
         expected = cupyx.scipy.signal.sosfilt(sos, x)
         error = float(cupy.max(cupy.abs(cuscan.signal.sosfilt(SOS, x) - expected))
                       / cupy.std(expected))
-        ours = gpu_time(cupy, lambda x=x: cuscan.signal.sosfilt(SOS, x), repeats)
-        theirs = gpu_time(cupy, lambda x=x: cupyx.scipy.signal.sosfilt(sos, x), repeats)
+        times = gpu_times(cupy, {"ours": lambda x=x: cuscan.signal.sosfilt(SOS, x),
+                                 "theirs": lambda x=x: cupyx.scipy.signal.sosfilt(sos, x)},
+                          repeats)
+        ours, theirs = times["ours"], times["theirs"]
         rows.append({"channels": channels, "length": length, "cuscan_s": ours,
                      "cupyx_s": theirs, "ratio": ours / theirs, "max_error_over_rms": error})
     return {"device": "gpu", "environment": environment() | device_description(cupy),
