@@ -488,4 +488,5 @@ def _sum_to_shape(xp, array, shape: tuple[int, ...]):
         return array
     axes = summed_axes(array.shape, shape)
     total = xp.sum(array, axis=axes, keepdims=True, dtype=_dtypes.accumulator(array.dtype))
-    return total.reshape(shape).astype(array.dtype, copy=False)
+    with np.errstate(over="ignore"):  # a sum beyond a half type is infinite, as in the scan
+        return total.reshape(shape).astype(array.dtype, copy=False)

@@ -131,6 +131,21 @@ def test_dtypes(backend, dtype):
                                atol=tolerance(dtype_of(dtype), 300) * np.abs(product).max())
 
 
+def test_half_gradient_sums_overflow_quietly(backend):
+    """A broadcast decay's gradient, summed over time in float32, rounds to infinity in
+    float16 where it exceeds the type's range: without a floating-point warning, as the
+    scan itself overflows, and equal to the float32 sum rounded."""
+    length = 64
+    decays = backend.asarray(np.full(1, 0.5, np.float16))
+    output = backend.asarray(np.full((length, 1), 100.0, np.float16))
+    weights = backend.asarray(np.full((length, 1), 60.0, np.float16))
+    grad_decays, _, _ = cuscan.linear_recurrence_vjp(weights, decays, output)
+    grad = backend.to_numpy(grad_decays)
+    assert grad.dtype == np.float16
+    assert grad.shape == (1,)
+    assert np.isposinf(grad[0])  # terms of about 100 * 120, 63 of them: over 65504
+
+
 def test_empty_time_axis(backend):
     zeros = backend.asarray(np.zeros((0, 3)))
     grad_decays, grad_impulses, grad_state = cuscan.linear_recurrence_vjp(
