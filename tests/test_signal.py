@@ -68,10 +68,12 @@ def chunk_runs(monkeypatch):
     """Whether each call of `_chunks.cascade` ran (True) or declined (False), with the
     output formed a few chunks at a time and chunk-level scans both as products, in
     blocks of a few chunks, and by `linear_recurrence`; never as one product
-    (`test_direct_products`), nor as a stream's run (`test_streams`)."""
+    (`test_direct_products`), nor as a stream's run (`test_streams`), nor a zero-phase
+    filter as one product (`test_zero_phase_products`)."""
     monkeypatch.setattr(_chunks, "_DIRECT_LENGTH", 0)
     monkeypatch.setattr(_chunks, "_direct_kept", collections.OrderedDict())
     monkeypatch.setattr(_filters, "_STREAMS_KEPT", 0)
+    monkeypatch.setattr(_filters, "_ZERO_PHASE_LENGTH", 0)
     monkeypatch.setattr(_chunks, "_BLOCK_ELEMENTS", 200)
     monkeypatch.setattr(_chunks, "_SCAN_BLOCK", 4)
     monkeypatch.setattr(_chunks, "_MATRIX_SCAN_ELEMENTS", 40)
@@ -315,6 +317,85 @@ def test_direct_products(monkeypatch, chunk_runs):
     assert list(_chunks._direct_kept.values()) == [{False: 2}]
     signal.sosfiltfilt(sos, x, padlen=20)
     assert all(isinstance(kept, tuple) for kept in _chunks._direct_kept.values())
+
+
+def test_zero_phase_products(monkeypatch):
+    """Once `filtfilt` (either method) or `sosfiltfilt` has run twice on NumPy signals of a
+    length, it is one product with the whole scheme's matrix for that length (the scheme
+    would fail): SciPy's results for every padding, a given padlen and irlen, and a complex
+    filter, along any axis, on reversed views, for float32 (rounded once), complex and
+    integer signals; within rounding of the scheme's, in C order. A non-finite sample takes
+    the scheme, which keeps a FIR filter's NaN where SciPy does; signals longer than
+    _ZERO_PHASE_LENGTH, empty ones and tensors never take a product."""
+    monkeypatch.setattr(_chunks, "_direct_kept", collections.OrderedDict())
+    rng = np.random.default_rng(35)
+    b, a = ss.cheby1(4, 1, 0.2)
+    sos = ss.ellip(6, 1, 60, (0.2, 0.3), "bandstop", output="sos")
+    complex_filter = ([0.3 + 0.1j, 0.2], [1.0, -0.5j])
+    calls = {
+        "odd": ((signal.filtfilt, b, a), (ss.filtfilt, b, a), {}),
+        "even, padlen 5": ((signal.filtfilt, b, a), (ss.filtfilt, b, a),
+                           {"padtype": "even", "padlen": 5}),
+        "constant": ((signal.filtfilt, b, a), (ss.filtfilt, b, a), {"padtype": "constant"}),
+        "no padding": ((signal.filtfilt, b, a), (ss.filtfilt, b, a), {"padtype": None}),
+        "gust": ((signal.filtfilt, b, a), (ss.filtfilt, b, a), {"method": "gust"}),
+        "gust, irlen 20": ((signal.filtfilt, b, a), (ss.filtfilt, b, a),
+                           {"method": "gust", "irlen": 20}),
+        "complex filter": ((signal.filtfilt, *complex_filter), (ss.filtfilt, *complex_filter),
+                           {}),
+        "sosfiltfilt": ((signal.sosfiltfilt, sos), (ss.sosfiltfilt, sos), {}),
+    }
+    for shape, axis in (((60,), 0), ((3, 100), -1), ((100, 3), 0), ((2, 50, 3), 1),
+                        ((512,), 0)):
+        x = np.flip(rng.standard_normal(shape), axis)
+        signals = (x, x.astype(np.float32), x + 1j * np.flip(rng.standard_normal(shape), axis),
+                   np.round(10 * x).astype(np.int16))
+        for name, (ours, theirs, settings) in calls.items():
+            for v in signals:
+                scheme = ours[0](*ours[1:], v, axis=axis, **settings)
+                for _ in range(_chunks._DIRECT_AFTER):
+                    ours[0](*ours[1:], v, axis=axis, **settings)  # the last builds the matrix
+                with monkeypatch.context() as m:
+                    m.setattr(_filters, "_forward_backward", None)
+                    m.setattr(_filters, "_gustafsson", None)
+                    product = ours[0](*ours[1:], v, axis=axis, **settings)
+                expected = theirs[0](*theirs[1:], v.astype(scheme.dtype), axis=axis,
+                                     **settings)
+                assert product.dtype == scheme.dtype, (name, shape, v.dtype)
+                assert product.shape == shape, (name, shape, v.dtype)
+                assert product.flags.c_contiguous, (name, shape, v.dtype)
+                single = scheme.dtype in (np.float32, np.complex64)
+                bound = BOUND[np.float32] if single else 1e-10
+                assert relative_error(product, expected) <= bound, (name, shape, v.dtype)
+                assert relative_error(product, scheme) <= max(bound / 100, 1e-12), \
+                    (name, shape, v.dtype)
+    assert all(isinstance(kept, tuple) for kept in _chunks._direct_kept.values())
+    # NaN stays where the scheme (and SciPy) leave it: a FIR filter's window
+    fir = ss.firwin(9, 0.2), np.ones(1)
+    x = rng.standard_normal((2, 100))
+    for _ in range(1 + _chunks._DIRECT_AFTER):
+        signal.filtfilt(*fir, x)
+    for bad in (np.nan, np.inf):
+        y = x.copy()
+        y[1, 50] = bad
+        result, expected = signal.filtfilt(*fir, y), ss.filtfilt(*fir, y)
+        np.testing.assert_array_equal(np.isfinite(result), np.isfinite(expected))
+        assert np.isfinite(result[1]).sum() > 50
+        both = np.isfinite(expected)
+        np.testing.assert_allclose(result[both], expected[both], rtol=1e-10, atol=1e-12)
+    # no product: longer signals, empty ones, tensors
+    _chunks._direct_kept.clear()
+    longer = rng.standard_normal(_filters._ZERO_PHASE_LENGTH + 1)
+    for _ in range(1 + _chunks._DIRECT_AFTER):
+        assert relative_error(signal.filtfilt(b, a, longer), ss.filtfilt(b, a, longer)) <= 1e-10
+        assert signal.filtfilt(b, a, np.zeros((2, 0)), method="gust").shape == (2, 0)
+    assert not any(isinstance(key[0], str) for key in _chunks._direct_kept)
+    torch = pytest.importorskip("torch")
+    tensor = torch.from_numpy(x)
+    for _ in range(1 + _chunks._DIRECT_AFTER):
+        result = signal.filtfilt(b, a, tensor)
+    assert relative_error(result.numpy(), ss.filtfilt(b, a, x)) <= 1e-10
+    assert not any(isinstance(key[0], str) for key in _chunks._direct_kept)
 
 
 def test_streams(monkeypatch):

@@ -1,0 +1,79 @@
+"""Zero-phase filters on short NumPy signals: one product with their matrix, or the scheme.
+
+`cuscan.signal.filtfilt` (both methods) and `sosfiltfilt` over a signal of at most
+`_ZERO_PHASE_LENGTH` samples run as one product with the whole scheme's matrix for that
+length (`_filters._zero_phase`).
+This times them with the products and without (the padding, both passes and their states),
+alternated in rounds in one process once the matrix is built, and SciPy's functions, over
+lengths and channel counts: a Butterworth filter of order 4 as `(b, a)`, and of order 8 as
+second-order sections, float64, time along the last axis. Writes
+results/zero_phase.json.
+
+    OMP_NUM_THREADS=1 python -m benchmarks.zero_phase
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.signal
+
+import cuscan.signal
+from benchmarks._common import alternated_settings, assigned, best_time, environment, write
+from cuscan.signal import _chunks, _filters
+
+LENGTHS = [32, 64, 128, 256, 384, 512, 768, 1024]
+CHANNELS = [1, 4, 16, 64, 256, 1024]
+MOST_ELEMENTS = 2**20
+BA = scipy.signal.butter(4, 0.1)
+SOS = scipy.signal.butter(8, 0.1, output="sos")
+SETTINGS = {
+    "product": {(_filters, "_ZERO_PHASE_LENGTH"): max(LENGTHS)},
+    "scheme": {(_filters, "_ZERO_PHASE_LENGTH"): 0},
+}
+CALLS = {
+    "filtfilt": (lambda x: cuscan.signal.filtfilt(*BA, x),
+                 lambda x: scipy.signal.filtfilt(*BA, x)),
+    "filtfilt gust": (lambda x: cuscan.signal.filtfilt(*BA, x, method="gust"),
+                      lambda x: scipy.signal.filtfilt(*BA, x, method="gust")),
+    "sosfiltfilt": (lambda x: cuscan.signal.sosfiltfilt(SOS, x),
+                    lambda x: scipy.signal.sosfiltfilt(SOS, x)),
+}
+
+
+def repeats(elements: int) -> int:
+    return max(3, min(50, 200_000 // elements))
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, (ours, theirs) in CALLS.items():
+        print(f"\n{name}: time as one product / through the scheme (SciPy's time / the "
+              "product's in brackets)")
+        print(f"{'T':>6} " + " ".join(f"{c:>13}" for c in CHANNELS))
+        for length in LENGTHS:
+            cells = []
+            for channels in CHANNELS:
+                if channels * length > MOST_ELEMENTS:
+                    cells.append(f"{'':>13}")
+                    continue
+                x = rng.standard_normal((channels, length))
+                _chunks._direct_kept.clear()
+                with assigned(SETTINGS["product"]):  # the matrix, built by this length's calls
+                    for _ in range(_chunks._DIRECT_AFTER + 1):
+                        ours(x)
+                times = alternated_settings(lambda x=x, ours=ours: ours(x), SETTINGS,
+                                            repeats(x.size))
+                scipy_s = best_time(lambda x=x, theirs=theirs: theirs(x), repeats(x.size))
+                ratio = times["product"] / times["scheme"]
+                rows.append({"function": name, "channels": channels, "length": length,
+                             "product_s": times["product"], "scheme_s": times["scheme"],
+                             "scipy_s": scipy_s, "ratio": ratio})
+                cells.append(f"{ratio:5.2f} ({scipy_s / times['product']:5.1f})")
+            print(f"{length:>6} " + " ".join(cells))
+    path = write("zero_phase", {"environment": environment(), "rows": rows})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
