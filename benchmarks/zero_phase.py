@@ -2,11 +2,10 @@
 
 `cuscan.signal.filtfilt` (both methods) and `sosfiltfilt` over a signal of at most
 `_ZERO_PHASE_LENGTH` samples run as one product with the whole scheme's matrix for that
-length (`_filters._zero_phase`).
-This times them with the products and without (the padding, both passes and their states),
-alternated in rounds in one process once the matrix is built, and SciPy's functions, over
-lengths and channel counts: a Butterworth filter of order 4 as `(b, a)`, and of order 8 as
-second-order sections, float64, time along the last axis. Writes
+length (`_filters._zero_phase`). This times them with the products and without (the padding,
+both passes and their states), alternated in rounds in one process once the matrix is built,
+and SciPy's functions, over lengths and channel counts: a Butterworth filter of order 4 as
+`(b, a)`, and of order 8 as second-order sections, float64, time along the last axis. Writes
 results/zero_phase.json.
 
     OMP_NUM_THREADS=1 python -m benchmarks.zero_phase

@@ -925,8 +925,8 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
 # are kept (none, and none taken, at 0).
 _STREAMS_KEPT = 64
 # `filtfilt` and `sosfiltfilt` over a NumPy signal of at most _ZERO_PHASE_LENGTH samples
-# along time run as one product with their matrix for that length (`_zero_phase`): 0.05 to
-# 0.92 of the time of the scheme itself on 1 to 1,024 channels of 32 to 512 samples, where
+# along time run as one product with their matrix for that length (`_zero_phase`): 0.02 to
+# 0.94 of the time of the scheme itself on 1 to 1,024 channels of 32 to 512 samples, where
 # from 768 samples `filtfilt` (padded) took up to 2.2 times as long (benchmarks/zero_phase.py).
 # Each matrix kept holds at most 512 ** 2 numbers (2 MiB).
 _ZERO_PHASE_LENGTH = 512
