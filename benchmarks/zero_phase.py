@@ -5,8 +5,8 @@
 length (`_filters._zero_phase`). This times them with the products and without (the padding,
 both passes and their states), alternated in rounds in one process once the matrix is built,
 and SciPy's functions, over lengths and channel counts: a Butterworth filter of order 4 as
-`(b, a)`, and of order 8 as second-order sections, float64, time along the last axis. Writes
-results/zero_phase.json.
+`(b, a)`, and of order 8 as second-order sections, float64, time along the last axis; then
+on CPU tensors. Writes results/zero_phase.json.
 
     OMP_NUM_THREADS=1 python -m benchmarks.zero_phase
 """
@@ -70,8 +70,53 @@ def main() -> None:
                              "scipy_s": scipy_s, "ratio": ratio})
                 cells.append(f"{ratio:5.2f} ({scipy_s / times['product']:5.1f})")
             print(f"{length:>6} " + " ".join(cells))
-    path = write("zero_phase", {"environment": environment(), "rows": rows})
+    tensor_rows = tensors(rng)
+    path = write("zero_phase", {"environment": environment(), "rows": rows,
+                                "tensors": tensor_rows})
     print(f"wrote {path}")
+
+
+def tensors(rng) -> list[dict]:
+    """The same on CPU tensors of each framework installed (eager; torch's recorded by
+    autodiff too): the framework's own product with the matrix, or the scheme."""
+    frameworks = {}
+    try:
+        import torch
+
+        frameworks["torch"] = torch.from_numpy
+        frameworks["torch, requires_grad"] = lambda v: torch.from_numpy(v).requires_grad_()
+    except ImportError:
+        pass
+    try:
+        import jax
+
+        frameworks["jax"] = lambda v: jax.device_put(v, jax.devices("cpu")[0])
+    except ImportError:
+        pass
+    try:
+        import tensorflow as tf
+
+        frameworks["tensorflow"] = lambda v: tf.constant(v)
+    except ImportError:
+        pass
+    rows = []
+    print("\nCPU tensors: time as one product / through the scheme (time of the product)")
+    for framework, make in frameworks.items():
+        for name, (ours, _) in CALLS.items():
+            for channels, length in ((1, 256), (16, 256)):
+                x = make(rng.standard_normal((channels, length)))
+                _chunks._direct_kept.clear()
+                with assigned(SETTINGS["product"]):
+                    for _ in range(_chunks._DIRECT_AFTER + 1):
+                        ours(x)
+                times = alternated_settings(lambda x=x, ours=ours: ours(x), SETTINGS, 20)
+                ratio = times["product"] / times["scheme"]
+                rows.append({"framework": framework, "function": name, "channels": channels,
+                             "length": length, "product_s": times["product"],
+                             "scheme_s": times["scheme"], "ratio": ratio})
+                print(f"{framework:>22} {name:>14} {channels:>3} x {length}: {ratio:5.2f} "
+                      f"({times['product'] * 1e6:.0f} us)")
+    return rows
 
 
 if __name__ == "__main__":

@@ -326,7 +326,8 @@ def test_zero_phase_products(monkeypatch):
     filter, along any axis, on reversed views, for float32 (rounded once), complex and
     integer signals; within rounding of the scheme's, in C order. A non-finite sample takes
     the scheme, which keeps a FIR filter's NaN where SciPy does; signals longer than
-    _ZERO_PHASE_LENGTH, empty ones and tensors never take a product."""
+    _ZERO_PHASE_LENGTH and empty ones never take a product (tensors:
+    `test_framework_zero_phase_products`)."""
     monkeypatch.setattr(_chunks, "_direct_kept", collections.OrderedDict())
     rng = np.random.default_rng(35)
     b, a = ss.cheby1(4, 1, 0.2)
@@ -389,12 +390,6 @@ def test_zero_phase_products(monkeypatch):
     for _ in range(1 + _chunks._DIRECT_AFTER):
         assert relative_error(signal.filtfilt(b, a, longer), ss.filtfilt(b, a, longer)) <= 1e-10
         assert signal.filtfilt(b, a, np.zeros((2, 0)), method="gust").shape == (2, 0)
-    assert not any(isinstance(key[0], str) for key in _chunks._direct_kept)
-    torch = pytest.importorskip("torch")
-    tensor = torch.from_numpy(x)
-    for _ in range(1 + _chunks._DIRECT_AFTER):
-        result = signal.filtfilt(b, a, tensor)
-    assert relative_error(result.numpy(), ss.filtfilt(b, a, x)) <= 1e-10
     assert not any(isinstance(key[0], str) for key in _chunks._direct_kept)
 
 
@@ -2026,6 +2021,48 @@ def test_framework_chunks(framework, chunk_runs):
     if framework.name == "jax":
         module.jit(lambda x, zi: run(x, zi))(framework.tensor(x), framework.tensor(zi))
         assert chunk_runs == ([True] * (6 + maps) if on_cpu else [])
+
+
+def test_framework_zero_phase_products(framework, monkeypatch):
+    """On the CPU, a framework's short signals take the zero-phase products too
+    (`test_zero_phase_products`), as the framework's own product with the matrix, which its
+    autodiff differentiates (JAX's jit and grad trace the signal, whose values are then
+    unknown: the scheme); on a GPU never: SciPy's values, and the scheme's gradients."""
+    monkeypatch.setattr(_chunks, "_direct_kept", collections.OrderedDict())
+    rng = np.random.default_rng(36)
+    x, weights = rng.standard_normal((3, 100)), rng.standard_normal((3, 100))
+    b, a = ss.cheby1(4, 1, 0.2)
+    sos = ss.ellip(4, 1, 60, 0.2, output="sos")
+    calls = {"filtfilt": (partial(signal.filtfilt, b, a), partial(ss.filtfilt, b, a)),
+             "gust": (partial(signal.filtfilt, b, a, method="gust"),
+                      partial(ss.filtfilt, b, a, method="gust")),
+             "sosfiltfilt": (partial(signal.sosfiltfilt, sos), partial(ss.sosfiltfilt, sos))}
+    on_cpu = framework.device.lower() == "cpu"
+    for name, (ours, theirs) in calls.items():
+        def total(v, ours=ours):
+            return framework.total(ours(v) * framework.tensor(weights))
+
+        with monkeypatch.context() as m:
+            m.setattr(_filters, "_ZERO_PHASE_LENGTH", 0)
+            expected_grad = framework.grad(total, x)
+        for _ in range(1 + _chunks._DIRECT_AFTER):  # the last builds the matrix
+            result = ours(framework.tensor(x))
+        assert framework.is_native(result)
+        assert relative_error(framework.array(result), theirs(x)) <= 1e-10, name
+        single = ours(framework.tensor(x.astype(np.float32)))
+        assert framework.array(single).dtype == np.float32
+        assert relative_error(framework.array(single), theirs(x)) <= BOUND[np.float32], name
+        built = [key for key in _chunks._direct_kept if isinstance(key[0], str)]
+        assert bool(built) == on_cpu, name
+        if on_cpu:
+            with monkeypatch.context() as m:
+                m.setattr(_filters, "_forward_backward", None)
+                m.setattr(_filters, "_gustafsson", None)
+                trapped = ours(framework.tensor(x))
+            np.testing.assert_array_equal(framework.array(trapped), framework.array(result))
+        grads = framework.grad(total, x)
+        np.testing.assert_allclose(grads[0], expected_grad[0], rtol=1e-10, atol=1e-12)
+        _chunks._direct_kept.clear()
 
 
 def test_framework_direct_products(framework, chunk_runs, monkeypatch):

@@ -1406,27 +1406,33 @@ def _steady_start(ns, steady: np.ndarray, x, axis: int):
     return steady * x[_along(x, axis, slice(0, 1))]
 
 
-def _zero_phase(key: tuple, x, axis: int, dtype, whole) -> np.ndarray | None:
-    """A zero-phase filter over a short, finite NumPy signal as one product. With its
+def _zero_phase(key: tuple, ns, x, axis: int, work, dtype, whole):
+    """A zero-phase filter over a short, finite signal on the CPU as one product. With its
     padding, the steady states it starts from and both passes, `filtfilt` (either method)
     and `sosfiltfilt` are linear in the signal: for a filter, its settings (``key``) and a
     length, a square matrix of ``dtype`` (the filter's), which the scheme itself,
-    ``whole(x, axis, work, out)`` computing in ``work`` and returning ``out``, gives on the
-    unit signals. It is built once `_chunks._direct` has seen the calls it waits for, and
-    kept with the filters' own matrices. The result in double precision and ``x``'s shape
-    (C order), or None where the signal is empty or longer than _ZERO_PHASE_LENGTH, a
-    sample is not finite (the scheme then carries it as SciPy does, where the product
-    would spread it), or the matrix is not built yet."""
-    if type(x) is not np.ndarray or x.size == 0:
+    ``whole(ns, x, axis, work, out)`` computing in ``work`` and returning ``out``, gives on
+    the unit signals (as NumPy arrays). It is built once `_chunks._direct` has seen the
+    calls it waits for, and kept with the filters' own matrices. A NumPy signal's result is
+    a NumPy array in C order; a CPU tensor's, the framework's product with the matrix (so
+    its autodiff differentiates it), in ``work``. None where the signal is empty, longer
+    than _ZERO_PHASE_LENGTH, not on the CPU or being traced (values unknown), a sample is
+    not finite (the scheme then carries it as SciPy does, where the product would spread
+    it), or the matrix is not built yet."""
+    numpy = type(x) is np.ndarray
+    if math.prod(x.shape) == 0 or not (numpy or (ns.on_host(x) and ns.concrete(x))):
         return None
     length = x.shape[axis]
-    if length > _ZERO_PHASE_LENGTH or not np.isfinite(x).all():
+    if length > _ZERO_PHASE_LENGTH or not np.isfinite(x if numpy else ns.host(x)).all():
         return None
     kept = _chunks._direct((*key, length), False,
                            functools.partial(_zero_phase_matrix, whole, length, dtype))
     if kept is None:
         return None
     (matrix,) = kept
+    if not numpy:
+        matrix = matrix.T.astype(work, copy=False)  # the framework's product mixes no dtypes
+        return ns.contiguous(ns.apply_along(matrix, ns.cast(x, work), axis))
     if axis == x.ndim - 1:  # rows of samples: y = x M
         return (x.reshape(-1, length) @ matrix).reshape(x.shape)
     # samples down the columns of (before, length, after) blocks: y = M^T x
@@ -1435,9 +1441,9 @@ def _zero_phase(key: tuple, x, axis: int, dtype, whole) -> np.ndarray | None:
 
 
 def _zero_phase_matrix(whole, length: int, dtype) -> tuple | bool:
-    """`_zero_phase`'s matrix: row j the scheme's output for the unit signal at sample j;
-    False where it is not finite."""
-    matrix = np.ascontiguousarray(whole(np.eye(length, dtype=dtype), 1, dtype, dtype))
+    """`_zero_phase`'s matrix: row j the scheme's output for the unit signal at sample j
+    (on NumPy arrays); False where it is not finite."""
+    matrix = np.ascontiguousarray(whole(_NUMPY, np.eye(length, dtype=dtype), 1, dtype, dtype))
     return (matrix,) if np.isfinite(matrix).all() else False
 
 
@@ -1704,7 +1710,7 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     order = max(a.size, b.size) - 1
     edge = _edge(x, axis, padtype, padlen, order + 1) if method == "pad" else irlen
 
-    def whole(x, axis: int, work, out):
+    def whole(ns, x, axis: int, work, out):
         x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis, keep=_keep(ns, order=order))
         if method == "gust":
             return outward(ns.cast(_gustafsson(b, a, ns, x, axis, irlen), out))
@@ -1717,8 +1723,8 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
         return outward(ns.cast(y, out))
 
     key = ("filtfilt", method, padtype, edge, b.dtype.str, b.tobytes(), a.dtype.str, a.tobytes())
-    y = _zero_phase(key, x, axis, np.result_type(b, a, np.float64), whole)
-    return whole(x, axis, work, out) if y is None else ns.cast(y, out)
+    y = _zero_phase(key, ns, x, axis, work, np.result_type(b, a, np.float64), whole)
+    return whole(ns, x, axis, work, out) if y is None else ns.cast(y, out)
 
 
 def _gustafsson(b: np.ndarray, a: np.ndarray, ns, x, axis: int, irlen: int | None):
@@ -1866,7 +1872,7 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
     taps = 2 * len(sos) + 1 - min(np.sum(sos[:, 2] == 0), np.sum(sos[:, 5] == 0))
     edge = _edge(x, axis, padtype, padlen, int(taps))
 
-    def whole(x, axis: int, work, out):
+    def whole(ns, x, axis: int, work, out):
         x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
                                           keep=_keep(ns, sections=len(sos)))
 
@@ -1878,5 +1884,5 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
         return outward(ns.cast(y, out))
 
     key = ("sosfiltfilt", padtype, edge, sos.dtype.str, sos.tobytes())
-    y = _zero_phase(key, x, axis, np.result_type(sos, np.float64), whole)
-    return whole(x, axis, work, out) if y is None else ns.cast(y, out)
+    y = _zero_phase(key, ns, x, axis, work, np.result_type(sos, np.float64), whole)
+    return whole(ns, x, axis, work, out) if y is None else ns.cast(y, out)
