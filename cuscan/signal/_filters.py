@@ -924,9 +924,9 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
 # it, which cost several times the product on short blocks. The last _STREAMS_KEPT calls
 # are kept (none, and none taken, at 0).
 _STREAMS_KEPT = 64
-# `filtfilt` and `sosfiltfilt` over a NumPy signal of at most _ZERO_PHASE_LENGTH samples
+# `filtfilt` and `sosfiltfilt` over a signal on the CPU of at most _ZERO_PHASE_LENGTH samples
 # along time run as one product with their matrix for that length (`_zero_phase`): 0.02 to
-# 0.94 of the time of the scheme itself on 1 to 1,024 channels of 32 to 512 samples, where
+# 0.90 of the time of the scheme itself on 1 to 1,024 channels of 32 to 512 samples, where
 # from 768 samples `filtfilt` (padded) took up to 2.2 times as long (benchmarks/zero_phase.py).
 # Each matrix kept holds at most 512 ** 2 numbers (2 MiB).
 _ZERO_PHASE_LENGTH = 512
@@ -1686,11 +1686,12 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     signal's length only, so it is computed once per call on the host and
     applied to every channel as a matrix product. Both run as in `lfilter`,
     in double precision, with single-precision signals rounded once at the
-    end. Either is linear in the signal: on finite NumPy signals of at most
-    512 samples, a filter and its settings called a third time with the same
-    length run as one product with the whole scheme's matrix for that length
-    (built on that call, and kept for the last few). Use `sosfiltfilt` for
-    filters of order above about 4.
+    end. Either is linear in the signal: on finite signals of at most 512
+    samples on the CPU (NumPy arrays, and tensors not being traced), a
+    filter and its settings called a third time with the same length run as
+    one product with the whole scheme's matrix for that length (built on
+    that call, and kept for the last few). Use `sosfiltfilt` for filters of
+    order above about 4.
 
     Examples
     --------
@@ -1854,9 +1855,10 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
     Notes
     -----
     As in `filtfilt`: both passes start from the sections' steady state for
-    the end value they start at (`sosfilt_zi`), and on finite NumPy signals
-    of at most 512 samples, a third call with the same sections, settings
-    and length is one product with the whole scheme's matrix for that length.
+    the end value they start at (`sosfilt_zi`), and on finite signals of at
+    most 512 samples on the CPU, a third call with the same sections,
+    settings and length is one product with the whole scheme's matrix for
+    that length.
 
     Examples
     --------
