@@ -2063,6 +2063,12 @@ def test_framework_zero_phase_products(framework, monkeypatch):
         grads = framework.grad(total, x)
         np.testing.assert_allclose(grads[0], expected_grad[0], rtol=1e-10, atol=1e-12)
         _chunks._direct_kept.clear()
+    for length in (1, 2):  # a matrix of one or two samples, built from flipped views
+        v = rng.standard_normal((2, length))
+        for _ in range(1 + _chunks._DIRECT_AFTER):
+            result = signal.filtfilt(b, a, framework.tensor(v), padtype=None)
+        assert relative_error(framework.array(result), ss.filtfilt(b, a, v, padtype=None)) \
+            <= 1e-10
 
 
 def test_framework_direct_products(framework, chunk_runs, monkeypatch):

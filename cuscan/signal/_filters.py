@@ -1443,7 +1443,8 @@ def _zero_phase(key: tuple, ns, x, axis: int, work, dtype, whole):
 def _zero_phase_matrix(whole, length: int, dtype) -> tuple | bool:
     """`_zero_phase`'s matrix: row j the scheme's output for the unit signal at sample j
     (on NumPy arrays); False where it is not finite."""
-    matrix = np.ascontiguousarray(whole(_NUMPY, np.eye(length, dtype=dtype), 1, dtype, dtype))
+    # a copy of its own (a view of one sample may keep a negative stride, which torch refuses)
+    matrix = np.array(whole(_NUMPY, np.eye(length, dtype=dtype), 1, dtype, dtype), order="C")
     return (matrix,) if np.isfinite(matrix).all() else False
 
 
