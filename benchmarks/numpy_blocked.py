@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 import cuscan
-from benchmarks._common import alternated, environment, write
+from benchmarks._common import alternated, assigned, environment, write
 from cuscan import _numpy_backend
 
 SHAPES = [(1, 256), (1, 1024), (1, 10**4), (1, 10**5), (1, 10**6), (1, 10**7), (2, 10**6),
@@ -132,11 +132,9 @@ def main() -> None:
           " rule: whether method auto takes it")
     print(f"{'shape':>12} {'dtype':>10} {'decays':>8} {'forward':>8} {'vjp':>6} "
           f"{'without (ms)':>13} {'rule':>5}")
-    saved = _numpy_backend._BLOCKED_COMPLEX_FROM
     taken = {(shape, dtype): rule(shape, dtype) for shape in SHAPES for dtype in DTYPES}
     # complex operands timed with the products at any length too
-    _numpy_backend._BLOCKED_COMPLEX_FROM = {8: 0, 16: 0}
-    try:
+    with assigned({(_numpy_backend, "_BLOCKED_COMPLEX_FROM"): {8: 0, 16: 0}}):
         for shape in SHAPES:
             for dtype in DTYPES:
                 for single in (False, True):
@@ -145,13 +143,12 @@ def main() -> None:
                     rows.append(timed(rng, shape, dtype, single, taken[shape, dtype],
                                       "_BLOCKED_FROM", settings, repeats(shape)))
         lengths = block_lengths(rng)
-    finally:
-        _numpy_backend._BLOCKED_COMPLEX_FROM = saved
     by_elements = elements(rng)
     path = write("numpy_blocked", {
         "environment": environment(), "blocked_from": chosen,
         "blocked_elements_from": _numpy_backend._BLOCKED_ELEMENTS_FROM,
-        "blocked_complex_from": {str(size): steps for size, steps in saved.items()},
+        "blocked_complex_from": {str(size): steps for size, steps
+                                 in _numpy_backend._BLOCKED_COMPLEX_FROM.items()},
         "block_bytes": _numpy_backend._BLOCK_BYTES, "rows": rows,
         "block_lengths": lengths, "elements": by_elements})
     print(f"wrote {path}")

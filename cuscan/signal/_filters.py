@@ -924,12 +924,6 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
 # it, which cost several times the product on short blocks. The last _STREAMS_KEPT calls
 # are kept (none, and none taken, at 0).
 _STREAMS_KEPT = 64
-# `filtfilt` and `sosfiltfilt` over a signal on the CPU of at most _ZERO_PHASE_LENGTH samples
-# along time run as one product with their matrix for that length (`_zero_phase`): 0.02 to
-# 0.90 of the time of the scheme itself on 1 to 1,024 channels of 32 to 512 samples, where
-# from 768 samples `filtfilt` (padded) took up to 2.2 times as long (benchmarks/zero_phase.py).
-# Each matrix kept holds at most 512 ** 2 numbers (2 MiB).
-_ZERO_PHASE_LENGTH = 512
 _streams: dict = {}
 _streams_lock = threading.Lock()
 _ran = threading.local()  # `_recording`'s record in this thread
@@ -1406,19 +1400,45 @@ def _steady_start(ns, steady: np.ndarray, x, axis: int):
     return steady * x[_along(x, axis, slice(0, 1))]
 
 
-def _zero_phase(key: tuple, ns, x, axis: int, work, dtype, whole):
-    """A zero-phase filter over a short, finite signal on the CPU as one product. With its
-    padding, the steady states it starts from and both passes, `filtfilt` (either method)
-    and `sosfiltfilt` are linear in the signal: for a filter, its settings (``key``) and a
-    length, a square matrix of ``dtype`` (the filter's), which the scheme itself,
-    ``whole(ns, x, axis, work, out)`` computing in ``work`` and returning ``out``, gives on
-    the unit signals (as NumPy arrays). It is built once `_chunks._direct` has seen the
-    calls it waits for, and kept with the filters' own matrices. A NumPy signal's result is
-    a NumPy array in C order; a CPU tensor's, the framework's product with the matrix (so
-    its autodiff differentiates it), in ``work``. None where the signal is empty, longer
-    than _ZERO_PHASE_LENGTH, not on the CPU or being traced (values unknown), a sample is
-    not finite (the scheme then carries it as SciPy does, where the product would spread
-    it), or the matrix is not built yet."""
+# `filtfilt` and `sosfiltfilt` over a signal on the CPU of at most _ZERO_PHASE_LENGTH samples
+# along time run as one product with their matrix for that length (`_zero_phase`): 0.02 to
+# 0.90 of the time of the scheme itself on 1 to 1,024 channels of 32 to 512 samples, where
+# from 768 samples `filtfilt` (padded) took up to 2.2 times as long (benchmarks/zero_phase.py).
+# Each matrix kept holds at most 512 ** 2 numbers (2 MiB).
+_ZERO_PHASE_LENGTH = 512
+
+
+def _zero_phase(key: tuple, ns, x, axis: int, work, out, dtype, whole):
+    """A zero-phase filter over a short, finite signal on the CPU as one product, else
+    ``whole(ns, x, axis, work, out)``, the scheme itself computing in ``work`` and returning
+    ``out``. With its padding, the steady states it starts from and both passes, `filtfilt`
+    (either method) and `sosfiltfilt` are linear in the signal: for a filter, its settings
+    (``key``) and a length, a square matrix of ``dtype`` (the filter's), which the scheme
+    gives on the unit signals (as NumPy arrays). It is built once `_chunks._direct` has seen
+    the calls it waits for, and kept with the filters' own matrices. A NumPy signal's
+    product is a NumPy array in C order; a CPU tensor's, the framework's product with the
+    matrix (so its autodiff differentiates it). The scheme runs where the signal is empty,
+    longer than _ZERO_PHASE_LENGTH, not on the CPU or being traced (values unknown), a
+    sample is not finite (the scheme carries it as SciPy does, where the product would
+    spread it), or the matrix is not built yet."""
+    matrix = _zero_phase_kept(key, ns, x, axis, dtype, whole)
+    if matrix is None:
+        return whole(ns, x, axis, work, out)
+    length = x.shape[axis]
+    if type(x) is not np.ndarray:
+        matrix = matrix.T.astype(work, copy=False)  # the framework's product mixes no dtypes
+        y = ns.contiguous(ns.apply_along(matrix, ns.cast(x, work), axis))
+    elif axis == x.ndim - 1:  # rows of samples: y = x M
+        y = (x.reshape(-1, length) @ matrix).reshape(x.shape)
+    else:  # samples down the columns of (before, length, after) blocks: y = M^T x
+        blocks = x.reshape(math.prod(x.shape[:axis]), length, -1)
+        y = np.matmul(matrix.T, blocks).reshape(x.shape)
+    return ns.cast(y, out)
+
+
+def _zero_phase_kept(key: tuple, ns, x, axis: int, dtype, whole) -> np.ndarray | None:
+    """`_zero_phase`'s matrix for ``x``'s length, where the product applies and the
+    matrix is built; else None."""
     numpy = type(x) is np.ndarray
     if math.prod(x.shape) == 0 or not (numpy or (ns.on_host(x) and ns.concrete(x))):
         return None
@@ -1427,17 +1447,7 @@ def _zero_phase(key: tuple, ns, x, axis: int, work, dtype, whole):
         return None
     kept = _chunks._direct((*key, length), False,
                            functools.partial(_zero_phase_matrix, whole, length, dtype))
-    if kept is None:
-        return None
-    (matrix,) = kept
-    if not numpy:
-        matrix = matrix.T.astype(work, copy=False)  # the framework's product mixes no dtypes
-        return ns.contiguous(ns.apply_along(matrix, ns.cast(x, work), axis))
-    if axis == x.ndim - 1:  # rows of samples: y = x M
-        return (x.reshape(-1, length) @ matrix).reshape(x.shape)
-    # samples down the columns of (before, length, after) blocks: y = M^T x
-    blocks = x.reshape(math.prod(x.shape[:axis]), length, -1)
-    return np.matmul(matrix.T, blocks).reshape(x.shape)
+    return None if kept is None else kept[0]
 
 
 def _zero_phase_matrix(whole, length: int, dtype) -> tuple | bool:
@@ -1725,8 +1735,7 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
         return outward(ns.cast(y, out))
 
     key = ("filtfilt", method, padtype, edge, b.dtype.str, b.tobytes(), a.dtype.str, a.tobytes())
-    y = _zero_phase(key, ns, x, axis, work, np.result_type(b, a, np.float64), whole)
-    return whole(ns, x, axis, work, out) if y is None else ns.cast(y, out)
+    return _zero_phase(key, ns, x, axis, work, out, np.result_type(b, a, np.float64), whole)
 
 
 def _gustafsson(b: np.ndarray, a: np.ndarray, ns, x, axis: int, irlen: int | None):
@@ -1887,5 +1896,4 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
         return outward(ns.cast(y, out))
 
     key = ("sosfiltfilt", padtype, edge, sos.dtype.str, sos.tobytes())
-    y = _zero_phase(key, ns, x, axis, work, np.result_type(sos, np.float64), whole)
-    return whole(ns, x, axis, work, out) if y is None else ns.cast(y, out)
+    return _zero_phase(key, ns, x, axis, work, out, np.result_type(sos, np.float64), whole)
