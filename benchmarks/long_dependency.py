@@ -35,9 +35,11 @@ CONVERGED_AFTER = 5  # consecutive minibatches at 100% accuracy
 
 
 def batch(length: int, size: int, generator: torch.Generator, device) -> tuple:
-    """A minibatch: one-hot inputs ``(length, size, P)`` and labels ``(size,)`` (0 or 1)."""
-    signs = (torch.randint(0, 2, (size,), generator=generator) * 2 - 1).to(device)
-    positions = torch.randint(0, P, (length, size), generator=generator).to(device)
+    """A minibatch: one-hot inputs ``(length, size, P)`` and labels ``(size,)`` (0 or 1), drawn
+    with ``generator``, which lives on ``device`` (a million steps of positions drawn on the host
+    would take longer than a training step on a GPU)."""
+    signs = torch.randint(0, 2, (size,), generator=generator, device=device) * 2 - 1
+    positions = torch.randint(0, P, (length, size), generator=generator, device=device)
     positions[0] = 0
     inputs = torch.zeros(length, size, P, device=device)  # built where it is used
     inputs.scatter_(2, positions.unsqueeze(-1), 1.0)
@@ -95,7 +97,7 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
           progress: bool = True) -> dict:
     """Train until convergence or a limit; return the run's record (see the module doc)."""
     torch.manual_seed(seed)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device).manual_seed(seed)
     network = Classifier(model, hidden, length).to(device)
     optimizer = torch.optim.Adam(network.parameters(), lr=learning_rate)
     record = {"model": model, "length": length, "hidden": hidden, "batch_size": batch_size,
