@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from benchmarks import _common
@@ -147,6 +148,13 @@ def _progress(record: dict, total: int, width: int = 30) -> None:
           end="", file=sys.stderr, flush=True)
 
 
+def _duration(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.1f} s"
+
+
 def plot(record: dict, path: Path) -> None:
     """The learning curve (loss and accuracy per iteration) as a PNG."""
     import matplotlib
@@ -155,15 +163,19 @@ def plot(record: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     iterations, losses, accuracies, _ = zip(*record["curve"], strict=True)
+    window = max(1, min(50, len(iterations) // 20))  # a minibatch of 4 is right 0 to 4 times
     figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(7, 5))
-    top.plot(iterations, losses)
-    top.set_ylabel("cross-entropy")
-    bottom.plot(iterations, accuracies)
-    bottom.set_ylabel("minibatch accuracy")
+    for axes, values, label in ((top, losses, "cross-entropy"),
+                                (bottom, accuracies, "minibatch accuracy")):
+        axes.plot(iterations, values, color="0.75", linewidth=0.5)
+        mean = np.convolve(values, np.ones(window) / window, mode="valid")
+        axes.plot(iterations[window - 1:], mean, label=f"mean of {window}")
+        axes.set_ylabel(label)
+    bottom.legend(loc="upper left")
     bottom.set_xlabel("iteration")
     status = "converged" if record["converged"] else "not converged"
     top.set_title(f"{record['model']}, length {record['length']:,}: {status} after "
-                  f"{record['iterations']} iterations, {record['wall_time_s'] / 3600:.3f} h")
+                  f"{record['iterations']} iterations, {_duration(record['wall_time_s'])}")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
