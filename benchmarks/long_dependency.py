@@ -105,7 +105,9 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
               "learning_rate": learning_rate, "seed": seed, "iterations": 0, "streak": 0,
               "converged": False, "wall_time_s": 0.0, "curve": []}
     if checkpoint is not None and checkpoint.exists():
-        saved = torch.load(checkpoint, weights_only=False)
+        # On the host: the loads below copy to the network's device, and a generator's state
+        # is a host tensor whatever its device.
+        saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
         network.load_state_dict(saved["network"])
         optimizer.load_state_dict(saved["optimizer"])
         generator.set_state(saved["generator"])
