@@ -14,7 +14,8 @@ or so a step). JAX is timed eagerly and under ``jax.jit`` (both functions
 compiled, so the difference is that of XLA's callback). Gradients: of
 ``sum(linear_recurrence(a, x))`` against those of ``sum(a * x)``, by the
 library's autodiff. Median of many calls (each timed alone; on a GPU after
-synchronising). Writes results/overhead.json.
+synchronising). "kernel plan" times the GPU backend's plan alone, on NumPy arrays with a
+launcher that launches nothing (any machine). Writes results/overhead.json.
 
     python -m benchmarks.overhead
 """
@@ -50,6 +51,21 @@ def median_time(function, sync=lambda: None, calls: int = CALLS) -> float:
 
 def _numpy():
     return {"make": lambda v: v, "sync": lambda: None, "grad": None}
+
+
+def _plan():
+    """The GPU backend's launch plan, its layouts and argument lists, on NumPy arrays with a
+    launcher that launches nothing: the host's share of a CuPy call that planning takes."""
+    from cuscan._kernel_backend import KernelBackend
+
+    backend = KernelBackend(np, lambda *launch: None)
+
+    def forward(a, x):
+        out = np.empty_like(x)
+        backend.forward(a, x, None, out, 0, "auto")
+        return out
+
+    return {"make": lambda v: v, "sync": lambda: None, "grad": None, "forward": forward}
 
 
 def _cupy():
@@ -108,7 +124,7 @@ def _tensorflow():
             "grad": (gradient(cuscan.linear_recurrence), gradient(lambda a, x: a * x))}
 
 
-LIBRARIES = {"numpy": _numpy, "cupy": _cupy, "torch": _torch, "jax": _jax,
+LIBRARIES = {"numpy": _numpy, "kernel plan": _plan, "cupy": _cupy, "torch": _torch, "jax": _jax,
              "jax (jit)": lambda: _jax(jit=True), "tensorflow": _tensorflow}
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from cuscan import _dtypes
 
 CHANNEL_DIMS = 4  # channel dimensions the kernels index (kernels/linear_recurrence.cu)
+KEPT_LAUNCHES = 256  # serial launches kept by layout (see KernelBackend._serial)
 
 
 @dataclass(frozen=True)
@@ -103,13 +104,27 @@ class KernelBackend:
 
     # ---- entry points, as every backend has them --------------------------
 
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if name != "_kept":  # the kept launches follow from every setting
+            super().__setattr__("_kept", {})
+
     def forward(self, decays, impulses, initial_state, out, axis: int, method: str) -> None:
         """Compute ``out[t] = decays[t] * out[t-1] + impulses[t]`` along ``axis``."""
         if out.size == 0:
             return
-        sizes, (a, x, h0, o) = self._layout(axis, [decays, impulses, initial_state, out],
-                                            outputs=1)
-        self._forward(a, x, h0, o, out.shape[axis], sizes, out.dtype, method)
+        arrays = (decays, impulses, initial_state, out)
+        key = ("forward", axis, method, *map(_signature, arrays))
+        if self._run_kept(key, arrays):
+            return
+        sizes, operands = self._layout(axis, list(arrays), outputs=1)
+        a, x, h0, o = operands
+        length = out.shape[axis]
+        if self._parallel(length, math.prod(sizes), method, _chunk_major(o, sizes)):
+            self._forward(a, x, h0, o, length, sizes, out.dtype, method)
+        else:
+            self._serial("linear_recurrence_fwd_serial", key, arrays, operands, length, sizes,
+                         out.dtype)
 
     def backward(self, grad_output, decays, output, initial_state, grad_decays, grad_impulses,
                  grad_initial_state, axis: int) -> None:
@@ -118,16 +133,44 @@ class KernelBackend:
             if grad_initial_state is not None:
                 grad_initial_state[...] = 0
             return
-        sizes, (go, a, h, h0, ga, gx, gh0) = self._layout(
-            axis, [grad_output, decays, output, initial_state, grad_decays, grad_impulses,
-                   grad_initial_state], outputs=3)
+        arrays = (grad_output, decays, output, initial_state, grad_decays, grad_impulses,
+                  grad_initial_state)
+        key = ("backward", axis, *map(_signature, arrays))
+        if self._run_kept(key, arrays):
+            return
+        sizes, operands = self._layout(axis, list(arrays), outputs=3)
+        go, a, h, h0, ga, gx, gh0 = operands
         length, dtype = output.shape[axis], grad_impulses.dtype
         if self._parallel(length, math.prod(sizes), "auto", _chunk_major(gx, sizes)):
             self._backward_chunked(go, a, h, h0, ga, gx, gh0, length, sizes, dtype)
         else:
-            self.launch("linear_recurrence_bwd_serial", dtype, math.prod(sizes),
-                        *_pointers(go, a, h, h0, ga, gx, gh0), None, length, *sizes,
-                        *_strides(go, a, h, h0, ga, gx, gh0))
+            self._serial("linear_recurrence_bwd_serial", key, arrays, operands, length, sizes,
+                         dtype)
+
+    # ---- serial launches kept by layout ---------------------------------------
+
+    def _serial(self, kernel: str, key, arrays, operands, length: int, sizes, dtype) -> None:
+        """Launch a serial kernel over ``operands`` (the laid-out ``arrays``), and keep the
+        launch for arrays of the same layout, ``key``: a small call then skips the layout,
+        its plan and the argument list, which cost more on the host than the launch itself.
+        Kept only where the layout took the arrays as given (no copies)."""
+        count = math.prod(sizes)
+        rest = (None, length, *sizes, *_strides(*operands))
+        if all(operand is None if array is None else operand.array is array
+               for array, operand in zip(arrays, operands, strict=True)):
+            if len(self._kept) >= KEPT_LAUNCHES:
+                self._kept.clear()
+            self._kept[key] = (kernel, dtype, count, rest)
+        self.launch(kernel, dtype, count, *_pointers(*operands), *rest)
+
+    def _run_kept(self, key, arrays) -> bool:
+        """Run the serial launch kept for ``key`` on ``arrays``; False if there is none."""
+        kept = self._kept.get(key)
+        if kept is None:
+            return False
+        kernel, dtype, count, rest = kept
+        self.launch(kernel, dtype, count, *arrays, *rest)
+        return True
 
     # ---- layouts -----------------------------------------------------------
 
@@ -264,6 +307,11 @@ class KernelBackend:
         self.launch("linear_recurrence_bwd_serial", dtype, count,
                     *_pointers(go, a, h, h0, ga, gx, gh0), flags, length, *sizes,
                     *_strides(go, a, h, h0, ga, gx, gh0))
+
+
+def _signature(array) -> tuple | None:
+    """What a serial launch's arguments other than its pointers follow from."""
+    return None if array is None else (array.shape, array.strides, array.dtype)
 
 
 def _chunk_major(written: Operand, sizes: list[int]) -> bool:

@@ -118,6 +118,65 @@ def test_host_kernels_run_the_chunked_plan(monkeypatch):
     assert "linear_recurrence_bwd_rescan" in launcher.launches
 
 
+def test_serial_launches_kept_by_layout(monkeypatch):
+    """A layout's serial launch is kept: a later call with arrays of the same shapes, strides
+    and dtypes skips the layout and runs on its own arrays; any other layout, a layout that
+    needed copies, and a change of setting plan afresh."""
+    from tests import kernel_host, reference
+
+    launcher = kernel_host.HostKernels(kernel_host.build())
+    backend = kernel_host.KernelBackend(np, launcher)
+    monkeypatch.setattr(cuscan._numpy_backend, "forward", backend.forward)
+    monkeypatch.setattr(cuscan._numpy_backend, "backward", backend.backward)
+    layouts = []
+    plan = backend._layout
+    monkeypatch.setattr(backend, "_layout", lambda *args, **kwargs: (
+        layouts.append(args[1][0].shape), plan(*args, **kwargs))[1])
+    rng = np.random.default_rng(0)
+
+    def check(decays, impulses, state=None, axis=0):
+        h = cuscan.linear_recurrence(decays, impulses, state, axis=axis)
+        np.testing.assert_allclose(h, reference.linear_recurrence(decays, impulses, state,
+                                                                  axis=axis), rtol=1e-12)
+        grad = rng.standard_normal(h.shape)
+        d_decays, d_impulses, d_state = cuscan.linear_recurrence_vjp(grad, decays, h, state,
+                                                                     axis=axis)
+        # the vjp of a serial run is the serial run backwards, read from the same states
+        g = reference.linear_recurrence(np.roll(np.broadcast_to(decays, h.shape), -1, axis)
+                                        * (np.arange(h.shape[axis]) < h.shape[axis] - 1
+                                           ).reshape((-1,) + (1,) * (h.ndim - 1 - axis)),
+                                        grad, axis=axis, reverse=True)
+        np.testing.assert_allclose(d_impulses, g, rtol=1e-10, atol=1e-12)
+        first = np.zeros_like(h[:1]) if state is None else np.broadcast_to(state, h[:1].shape)
+        np.testing.assert_allclose(d_decays, g * np.concatenate([first, h[:-1]]), rtol=1e-10,
+                                   atol=1e-12)
+        if state is not None:
+            np.testing.assert_allclose(d_state, decays[0] * g[0], rtol=1e-10, atol=1e-12)
+        return h
+
+    def fresh(shape):
+        return rng.uniform(0.5, 1, shape), rng.standard_normal(shape)
+
+    check(*fresh((16, 4)))
+    assert len(layouts) == 2  # forward and backward laid out once
+    for _ in range(3):  # new arrays, new data: the kept launches
+        check(*fresh((16, 4)))
+    assert len(layouts) == 2
+    decays, impulses = fresh((4, 16))
+    check(decays.T, impulses.T)  # other strides
+    check(*fresh((16, 4)), state=rng.standard_normal(4))  # a state
+    assert len(layouts) == 6
+    six = [array.transpose(0, 5, 4, 3, 2, 1) for array in fresh((5, 2, 3, 2, 3, 2))]
+    check(*six)  # five channel dimensions that do not merge: copied, not kept
+    check(*six)
+    assert len(layouts) == 10
+    backend.min_parallel_length = 4  # a setting changes: planned afresh, the chunked scan
+    launcher.launches.clear()
+    check(*fresh((16, 4)))
+    assert len(layouts) == 12
+    assert "linear_recurrence_fwd_reduce" in launcher.launches
+
+
 def test_kernel_source_ships_in_the_wheel(tmp_path):
     root = _kernels.Path(__file__).resolve().parents[1]
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w",
