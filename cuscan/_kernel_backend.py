@@ -102,12 +102,12 @@ class KernelBackend:
         self.min_parallel_elements_major = min_parallel_elements_major
         self.always_parallel_length_major = always_parallel_length_major
 
-    # ---- entry points, as every backend has them --------------------------
-
     def __setattr__(self, name, value):
         super().__setattr__(name, value)
         if name != "_kept":  # the kept launches follow from every setting
             super().__setattr__("_kept", {})
+
+    # ---- entry points, as every backend has them --------------------------
 
     def forward(self, decays, impulses, initial_state, out, axis: int, method: str) -> None:
         """Compute ``out[t] = decays[t] * out[t-1] + impulses[t]`` along ``axis``."""
