@@ -4,12 +4,12 @@ For each shape, dtype and direction, times every contestant on the same data and
 rate at which it moves the bytes the recurrence must move (forward: read the decays and the
 impulses, write the output; backward: read the output's gradient, the decays and the output,
 write both gradients), next to a device-to-device copy of as many bytes measured in the same
-run: the bandwidth limit. Times are medians of CUDA events after warm-up, the contestants taken
-in turn call by call (a device whose clock drifts slows all alike), each call on the next of
-several copies of the inputs that together exceed four times the L2 cache (at most 256: the
-smallest calls' inputs stay within it). Each contestant's result is compared with cuscan's in
-float64 on the first channels; a contestant that cannot take a shape, dtype or direction is
-reported with the reason, and one that fails with its error.
+run: the bandwidth limit. Times are medians of CUDA events after warm-up, each contestant and
+the copy taken in turn call by call (a device whose clock drifts slows both alike), each call
+on the next of several copies of the inputs that together exceed four times the L2 cache (at
+most 256: the smallest calls' inputs stay within it). Each contestant's result is compared with
+cuscan's in float64 on the first channels; a contestant that cannot take a shape, dtype or
+direction is reported with the reason, and one that fails with its error.
 
 Contestants:
 
@@ -60,7 +60,10 @@ import numpy as np
 
 from benchmarks import _common
 
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX shares the GPU
+# JAX shares the GPU: it takes memory as it needs it, up to 40% (its allocator keeps what it
+# took, which torch and CuPy could not have back).
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.4")
 
 # name -> (shape, axis); the axis is time.
 SHAPES = {
@@ -449,38 +452,36 @@ def measure(functions: dict, clock, repeats: int, copies: int) -> dict:
 
 
 def run_case(case, direction, names, clock, repeats) -> dict:
+    """One row: each contestant built, timed in turn with a copy of the row's bytes, checked
+    and released before the next (the largest rows do not hold every contestant's state at
+    once); the row's copy time is the median of those copies."""
     row = {"elements": case.elements, "bytes": case.bytes[direction], "copies": case.copies,
            "results": {}}
-    functions, checks = {"copy": _copy(case, direction)}, {}
+    copy = _copy(case, direction)
+    copies = []
     for name in names:
         try:
-            functions[name], checks[name] = CONTESTANTS[name](case, direction)
-            functions[name](0)  # fails here, if it fails, rather than among the others
+            call, check = CONTESTANTS[name](case, direction)
+            call(0)  # fails here, if it fails at all
+            times = measure({"copy": copy, name: call}, clock, repeats, case.copies)
+            entry = {"seconds": times[name],
+                     "GBps": case.bytes[direction] / times[name] / 1e9,
+                     "of_copy": times["copy"] / times[name]}
+            copies.append(times["copy"])
+            try:
+                entry["error_eps"] = case.error(direction, check())
+            except Exception as error:  # the check's own failure, reported beside the time
+                entry["error_eps"] = None
+                entry["check_failed"] = _message(error)
         except Unsupported as reason:
-            functions.pop(name, None)
-            row["results"][name] = {"unsupported": str(reason)}
+            entry = {"unsupported": str(reason)}
         except Exception as error:  # a failing peer is reported, not fatal
-            functions.pop(name, None)
-            row["results"][name] = {"failed": _message(error)}
-    times = {}
-    try:
-        times = measure(functions, clock, repeats, case.copies)
-    except Exception as error:
-        for name in functions:
-            if name != "copy":
-                row["results"][name] = {"failed": f"while timed: {_message(error)}"}
-    copy = times.pop("copy", None)
-    row["copy_s"] = copy
-    for name, seconds in times.items():
-        entry = {"seconds": seconds, "GBps": case.bytes[direction] / seconds / 1e9}
-        if copy:
-            entry["of_copy"] = copy / seconds
-        try:
-            entry["error_eps"] = case.error(direction, checks[name]())
-        except Exception as error:
-            entry["error_eps"] = None
-            entry["check_failed"] = _message(error)
+            entry = {"failed": _message(error)}
         row["results"][name] = entry
+        call = check = None
+        _free(case.device)
+    row["copy_s"] = statistics.median(copies) if copies else measure(
+        {"copy": copy}, clock, repeats, case.copies)["copy"]
     return row
 
 
