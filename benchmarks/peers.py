@@ -37,8 +37,8 @@ from 2^16 to 2^26; a small call ``(1, 32, 256)``; float32 and bfloat16.
                                [--dtypes NAMES] [--out DIR]
     python -m benchmarks.peers --device cpu --quick    # checks the script on a CPU
 
-Writes ``results/peers_<device>.json``, ``.md`` and ``.png`` (GB/s per contestant for each
-row), the partial results after every row, so that a run stopped at its limit keeps them.
+Writes ``results/peers_<device name>.json``, ``.md`` and ``.png`` (GB/s per contestant for
+each row); the JSON after every row, so that a run stopped at its limit keeps what it measured.
 """
 
 from __future__ import annotations
@@ -517,15 +517,20 @@ def _free(device):
         cupy.get_default_memory_pool().free_all_blocks()
 
 
+def describe(device: str) -> tuple[str, int]:
+    """The device's name and its L2 cache's size in bytes (4 MiB taken for a CPU)."""
+    if device == "cuda":
+        import torch
+
+        props = torch.cuda.get_device_properties(0)
+        return props.name, props.L2_cache_size
+    return "cpu", 4 << 20
+
+
 def run(device: str, shapes: dict, dtypes, names, repeats: int, minutes: float | None,
         on_row=None) -> dict:
-    import torch
 
-    if device == "cuda":
-        props = torch.cuda.get_device_properties(0)
-        device_name, l2_bytes = props.name, props.L2_cache_size
-    else:
-        device_name, l2_bytes = "cpu", 4 << 20
+    device_name, l2_bytes = describe(device)
     result = {"benchmark": "peers", "device": device_name, "commit": _common.commit(),
               "environment": {**_common.environment(), **versions()},
               "l2_bytes": l2_bytes, "repeats": repeats, "rows": []}
@@ -657,7 +662,7 @@ def main(argv: list[str] | None = None) -> dict:
     dtypes = [d.strip() for d in args.dtypes.split(",")]
     repeats = 3 if args.quick else args.repeats
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"peers_{device}"
+    stem = args.out / ("peers_" + re.sub(r"[^A-Za-z0-9.-]+", "-", describe(device)[0]))
 
     def save(result, row=None):
         stem.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
