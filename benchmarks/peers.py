@@ -180,6 +180,13 @@ def torch_scan(case, direction):
         raise Unsupported(f"this torch has no associative_scan: {error}") from error
     axis = case.axis
     if case.device == "cuda":
+        # one compilation per shape, dtype and direction: more than dynamo's default limit of
+        # recompilations for one function, past which it would run the scan eagerly
+        config = torch._dynamo.config
+        for name in ("recompile_limit", "cache_size_limit"):
+            if isinstance(getattr(config, name, None), int):
+                setattr(config, name, max(getattr(config, name), 1024))
+
         @torch.compile(fullgraph=True, dynamic=False)
         def forward(a, x):
             return associative_scan(_combine, (a, x), dim=axis, combine_mode="pointwise")[1]
