@@ -118,18 +118,21 @@ def cuscan_serial(case, direction):
 def cuscan_torch(case, direction):
     import cuscan
 
-    a, x, axis = case.torch["a"], case.torch["x"], case.axis
-    if direction == "forward":
-        def call(i):
-            return cuscan.linear_recurrence(a[i], x[i], axis=axis)
-        return call, lambda: call(0)
-    return _torch_backward(case, lambda a, x: cuscan.linear_recurrence(a, x, axis=axis))
+    return _torch_pass(case, direction,
+                       lambda a, x: cuscan.linear_recurrence(a, x, axis=case.axis))
 
 
-def _torch_backward(case, forward):
-    """Backward by autograd through ``forward(a, x)``, one graph kept per copy."""
+def _torch_pass(case, direction, forward):
+    """``forward(a, x)`` on the case's torch tensors; backward by autograd through it, one
+    graph kept per copy."""
     import torch
 
+    if direction == "forward":
+        a, x = case.torch["a"], case.torch["x"]
+
+        def call(i):
+            return forward(a[i], x[i])
+        return call, lambda: call(0)
     a = [t.detach().requires_grad_() for t in case.torch["a"]]
     x = [t.detach().requires_grad_() for t in case.torch["x"]]
     h = [forward(a[i], x[i]) for i in range(case.copies)]
@@ -193,13 +196,7 @@ def torch_scan(case, direction):
     else:  # the pointwise mode needs a GPU; the generic one checks the script on a CPU
         def forward(a, x):
             return associative_scan(_combine, (a, x), dim=axis, combine_mode="generic")[1]
-    if direction == "forward":
-        a, x = case.torch["a"], case.torch["x"]
-
-        def call(i):
-            return forward(a[i], x[i])
-        return call, lambda: call(0)
-    return _torch_backward(case, forward)
+    return _torch_pass(case, direction, forward)
 
 
 def _time_contiguous(case, who):
@@ -218,7 +215,7 @@ def accelerated_warp(case, direction):
         from accelerated_scan.warp import scan
     except ImportError as error:
         raise Unsupported(f"accelerated-scan is missing: {error}") from error
-    return _accelerated(case, direction, scan)
+    return _torch_pass(case, direction, scan)
 
 
 def accelerated_triton(case, direction):
@@ -227,17 +224,7 @@ def accelerated_triton(case, direction):
         from accelerated_scan.scalar import scan
     except ImportError as error:
         raise Unsupported(f"accelerated-scan is missing: {error}") from error
-    return _accelerated(case, direction, scan)
-
-
-def _accelerated(case, direction, scan):
-    if direction == "forward":
-        a, x = case.torch["a"], case.torch["x"]
-
-        def call(i):
-            return scan(a[i], x[i])
-        return call, lambda: call(0)
-    return _torch_backward(case, scan)
+    return _torch_pass(case, direction, scan)
 
 
 def _fla(case, direction, name):
@@ -257,13 +244,9 @@ def _fla(case, direction, name):
     def forward(log_a, x):
         return op(x, log_a)[0]
 
+    call, check = _torch_pass(case._replace_a(logs), direction, forward)
     if direction == "forward":
-        x = case.torch["x"]
-
-        def call(i):
-            return forward(logs[i], x[i])
-        return call, lambda: call(0)
-    call, check = _torch_backward(case._replace_a(logs), forward)
+        return call, check
 
     def to_decays():  # d/da = d/dlog(a) / a
         d_log, dx = check()
