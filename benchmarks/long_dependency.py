@@ -108,6 +108,15 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
         # On the host: the loads below copy to the network's device, and a generator's state
         # is a host tensor whatever its device.
         saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        # The optimizer's state holds its own learning rate: resuming with other settings
+        # would silently train on with the saved ones.
+        differ = [f"{name} {saved['record'][name]!r} (given {record[name]!r})"
+                  for name in ("model", "length", "hidden", "batch_size", "learning_rate",
+                               "seed") if saved["record"][name] != record[name]]
+        if differ:
+            raise ValueError(f"checkpoint {checkpoint} was made with other settings: "
+                             f"{', '.join(differ)}; resume with its settings or start "
+                             "another checkpoint")
         network.load_state_dict(saved["network"])
         optimizer.load_state_dict(saved["optimizer"])
         generator.set_state(saved["generator"])
@@ -131,8 +140,8 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
         if progress:
             _progress(record, max_iterations)
         stop = deadline is not None and time.perf_counter() > deadline
-        if checkpoint is not None and (stop or record["converged"]
-                                       or record["iterations"] % checkpoint_every == 0):
+        last = stop or record["converged"] or record["iterations"] >= max_iterations
+        if checkpoint is not None and (last or record["iterations"] % checkpoint_every == 0):
             torch.save({"network": network.state_dict(), "optimizer": optimizer.state_dict(),
                         "generator": generator.get_state(), "record": record}, checkpoint)
         if stop:

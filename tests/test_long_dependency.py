@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import require
 
 torch = require("torch")
@@ -48,3 +50,29 @@ def test_command_line_writes_json_and_plot(tmp_path):
     assert len(record["curve"]) == 3
     assert record["device"] == "cpu"
     assert (tmp_path / "long_dependency_lstm_8.png").stat().st_size > 0
+
+
+def test_scaling_records_each_run_once(tmp_path, capsys):
+    from benchmarks import long_dependency_scaling
+
+    argv = ["--lengths", "8,12", "--learning-rates", "1e-2", "--seeds", "0", "--hidden", "4",
+            "--batch-size", "4", "--max-iterations", "3", "--device", "cpu", "--out",
+            str(tmp_path)]
+    rows = long_dependency_scaling.main(argv)
+    assert sorted(row["length"] for row in rows) == [8, 12]
+    assert all(row["iterations"] == 3 and not row["converged"] for row in rows)
+    assert "| gilr-lstm | 4 | 4 | 0.01 | >3 | >3 |" in capsys.readouterr().out
+    again = long_dependency_scaling.main([*argv, "--seeds", "0,1"])  # seed 0's runs are kept
+    assert sorted((row["length"], row["seed"]) for row in again) == [
+        (8, 0), (8, 1), (12, 0), (12, 1)]
+    saved = json.loads((tmp_path / "long_dependency_scaling_cpu.json").read_text())
+    assert saved["runs"] == again
+
+
+def test_resuming_with_other_settings_is_refused(tmp_path):
+    checkpoint = tmp_path / "run.pt"
+    settings = {"model": "gilr-lstm", "length": 16, "hidden": 4, "batch_size": 4,
+                "max_iterations": 1, "checkpoint": checkpoint, "progress": False}
+    long_dependency.train(**settings, learning_rate=1e-3)
+    with pytest.raises(ValueError, match=r"learning_rate 0\.001 \(given 0\.003\)"):
+        long_dependency.train(**settings, learning_rate=3e-3)
