@@ -95,11 +95,17 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
           learning_rate: float = 1e-3, max_iterations: int = 100_000,
           max_minutes: float | None = None, seed: int = 0, device: str = "cpu",
           checkpoint: Path | None = None, checkpoint_every: int = 100,
-          progress: bool = True) -> dict:
-    """Train until convergence or a limit; return the run's record (see the module doc)."""
+          progress: bool = True, compiled: bool = False) -> dict:
+    """Train until convergence or a limit; return the run's record (see the module doc).
+
+    With ``compiled``, the network runs through ``torch.compile`` (one graph, its
+    elementwise operations fused; the same training up to rounding). Checkpoints hold
+    the network's own parameters, so a run may be resumed compiled or not.
+    """
     torch.manual_seed(seed)
     generator = torch.Generator(device).manual_seed(seed)
     network = Classifier(model, hidden, length).to(device)
+    forward = torch.compile(network, fullgraph=True) if compiled else network
     optimizer = torch.optim.Adam(network.parameters(), lr=learning_rate)
     record = {"model": model, "length": length, "hidden": hidden, "batch_size": batch_size,
               "learning_rate": learning_rate, "seed": seed, "iterations": 0, "streak": 0,
@@ -121,11 +127,12 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
         optimizer.load_state_dict(saved["optimizer"])
         generator.set_state(saved["generator"])
         record = saved["record"]
+    record["compiled"] = compiled  # of the last stretch of the run, for its timings
     start = time.perf_counter() - record["wall_time_s"]
     deadline = None if max_minutes is None else time.perf_counter() + 60 * max_minutes
     while not record["converged"] and record["iterations"] < max_iterations:
         inputs, labels = batch(length, batch_size, generator, device)
-        logits = network(inputs)
+        logits = forward(inputs)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
         optimizer.zero_grad()
         loss.backward()
@@ -205,11 +212,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--checkpoint", type=Path, default=None)
+    parser.add_argument("--compile", action="store_true",
+                        help="run the network through torch.compile (the first iteration "
+                        "compiles it)")
     parser.add_argument("--out", type=Path, default=_common.RESULTS)
     args = parser.parse_args(argv)
     record = train(args.model, args.length, args.hidden, args.batch_size, args.learning_rate,
                    args.max_iterations, args.max_minutes, args.seed, args.device,
-                   args.checkpoint)
+                   args.checkpoint, compiled=args.compile)
     record["device"] = (torch.cuda.get_device_name(args.device) if args.device.startswith("cuda")
                         else "cpu")
     record["environment"] = {**_common.environment(), "torch": torch.__version__}

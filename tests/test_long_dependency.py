@@ -76,3 +76,19 @@ def test_resuming_with_other_settings_is_refused(tmp_path):
     long_dependency.train(**settings, learning_rate=1e-3)
     with pytest.raises(ValueError, match=r"learning_rate 0\.001 \(given 0\.003\)"):
         long_dependency.train(**settings, learning_rate=3e-3)
+
+
+# Inductor's own imports use a deprecated torch.jit decorator.
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+def test_compiled_run_trains_as_eager_and_resumes_eagerly(tmp_path):
+    settings = {"model": "gilr-lstm", "length": 16, "hidden": 4, "batch_size": 4,
+                "progress": False}
+    eager = long_dependency.train(**settings, max_iterations=4)
+    checkpoint = tmp_path / "run.pt"
+    compiled = long_dependency.train(**settings, max_iterations=2, checkpoint=checkpoint,
+                                     compiled=True)
+    assert compiled["compiled"]
+    resumed = long_dependency.train(**settings, max_iterations=4, checkpoint=checkpoint)
+    assert not resumed["compiled"]
+    numbers = [row[1:3] for row in eager["curve"]]
+    torch.testing.assert_close([row[1:3] for row in resumed["curve"]], numbers)
