@@ -92,6 +92,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     todo = [settings for settings in todo
             if tuple(settings[name] for name in SETTINGS) not in done]
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
+    environment = {**_common.environment(), "torch": torch.__version__}  # of the code run
     args.out.mkdir(parents=True, exist_ok=True)
     # Spawned, not forked: a forked child cannot use the parent's CUDA context.
     context = multiprocessing.get_context("spawn")
@@ -100,7 +101,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    for settings in todo]
         for future in concurrent.futures.as_completed(futures):
             row = future.result()
-            row["environment"] = {**_common.environment(), "torch": torch.__version__}
+            row["environment"] = environment
             saved["runs"].append(row)
             saved["device"] = device_name
             path.write_text(json.dumps(saved, indent=1) + "\n")
