@@ -9,9 +9,12 @@ spending GPU time on a million steps.
         --learning-rates 1e-3,3e-3 --seeds 0,1 --jobs 2
 
 Each finished run is added to ``results/long_dependency_scaling_<device>.json``
-(a run already there with the same settings is skipped), and a table of all the
-runs there is printed: per length and learning rate, each seed's iterations, or
-``>N`` where it had not converged after ``N``.
+(a run already there with the same settings is skipped, unless it stopped short
+of convergence at a lower ``--max-iterations``, when it is run again and
+replaced), and a table of all the runs there is printed: per length and
+learning rate, each seed's iterations, or ``>N`` where it had not converged
+after ``N``. With ``--jobs`` above 1 the runs share the CPU, so their times
+per iteration are those of a shared machine.
 """
 
 from __future__ import annotations
@@ -62,7 +65,11 @@ def table(rows: list[dict]) -> str:
 
 
 def _numbers(kind):
-    return lambda text: [kind(item) for item in text.split(",")]
+    def parse(text):
+        return [kind(item) for item in text.split(",")]
+
+    parse.__name__ = f"comma-separated {kind.__name__}"  # argparse names it in errors
+    return parse
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -85,7 +92,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                    else "cpu")
     path = args.out / f"long_dependency_scaling_{device_name.replace(' ', '-')}.json"
     saved = json.loads(path.read_text()) if path.exists() else {"runs": []}
-    done = {tuple(row[name] for name in SETTINGS) for row in saved["runs"]}
+    # Runs that settle their settings: converged, or stopped at this limit or a higher one.
+    done = {tuple(row[name] for name in SETTINGS) for row in saved["runs"]
+            if row["converged"] or row["max_iterations"] >= args.max_iterations}
     todo = [dict(zip(SETTINGS, (args.model, length, args.hidden, args.batch_size, rate, seed),
                      strict=True))
             for length in args.lengths for rate in args.learning_rates for seed in args.seeds]
@@ -102,7 +111,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for future in concurrent.futures.as_completed(futures):
             row = future.result()
             row["environment"] = environment
-            saved["runs"].append(row)
+            key = tuple(row[name] for name in SETTINGS)
+            saved["runs"] = [*(old for old in saved["runs"]
+                               if tuple(old[name] for name in SETTINGS) != key), row]
             saved["device"] = device_name
             path.write_text(json.dumps(saved, indent=1) + "\n")
             status = "converged" if row["converged"] else "did not converge"

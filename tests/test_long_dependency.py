@@ -67,6 +67,13 @@ def test_scaling_records_each_run_once(tmp_path, capsys):
         (8, 0), (8, 1), (12, 0), (12, 1)]
     saved = json.loads((tmp_path / "long_dependency_scaling_cpu.json").read_text())
     assert saved["runs"] == again
+    # A higher limit runs the unconverged runs again, in their places.
+    longer = long_dependency_scaling.main([*argv, "--lengths", "8", "--max-iterations", "4"])
+    assert sorted((row["length"], row["seed"], row["iterations"]) for row in longer) == [
+        (8, 0, 4), (8, 1, 3), (12, 0, 3), (12, 1, 3)]
+    with pytest.raises(SystemExit):
+        long_dependency_scaling.main([*argv, "--lengths", "8,x"])
+    assert "invalid comma-separated int value: '8,x'" in capsys.readouterr().err
 
 
 def test_resuming_with_other_settings_is_refused(tmp_path):
