@@ -102,6 +102,9 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
     elementwise operations fused; the same training up to rounding). Checkpoints hold
     the network's own parameters, so a run may be resumed compiled or not.
     """
+    if compiled and model != "gilr-lstm":
+        raise ValueError(f"only the GILR-LSTM runs compiled: torch.compile cannot trace "
+                         f"torch.nn.LSTM (which cuDNN runs as one kernel); got model {model!r}")
     torch.manual_seed(seed)
     generator = torch.Generator(device).manual_seed(seed)
     network = Classifier(model, hidden, length).to(device)
@@ -213,7 +216,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--checkpoint", type=Path, default=None)
     parser.add_argument("--compile", action="store_true",
-                        help="run the network through torch.compile (the first iteration "
+                        help="run the GILR-LSTM through torch.compile (the first iteration "
                         "compiles it)")
     parser.add_argument("--out", type=Path, default=_common.RESULTS)
     args = parser.parse_args(argv)

@@ -99,3 +99,8 @@ def test_compiled_run_trains_as_eager_and_resumes_eagerly(tmp_path):
     assert not resumed["compiled"]
     numbers = [row[1:3] for row in eager["curve"]]
     torch.testing.assert_close([row[1:3] for row in resumed["curve"]], numbers)
+
+
+def test_only_the_gilr_lstm_runs_compiled():
+    with pytest.raises(ValueError, match=r"only the GILR-LSTM runs compiled.*got model 'lstm'"):
+        long_dependency.train("lstm", length=8, hidden=4, max_iterations=1, compiled=True)
