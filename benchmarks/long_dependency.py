@@ -128,7 +128,12 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
                              "another checkpoint")
         network.load_state_dict(saved["network"])
         optimizer.load_state_dict(saved["optimizer"])
-        generator.set_state(saved["generator"])
+        try:
+            generator.set_state(saved["generator"])
+        except RuntimeError as error:  # a CUDA generator's state is not a CPU one's
+            raise ValueError(f"checkpoint {checkpoint} was made on another kind of device "
+                             f"than {device!r} (its minibatch generator's state does not fit): "
+                             "resume it on the kind it was made on") from error
         record = saved["record"]
     record["compiled"] = compiled  # of the last stretch of the run, for its timings
     start = time.perf_counter() - record["wall_time_s"]

@@ -104,3 +104,15 @@ def test_compiled_run_trains_as_eager_and_resumes_eagerly(tmp_path):
 def test_only_the_gilr_lstm_runs_compiled():
     with pytest.raises(ValueError, match=r"only the GILR-LSTM runs compiled.*got model 'lstm'"):
         long_dependency.train("lstm", length=8, hidden=4, max_iterations=1, compiled=True)
+
+
+def test_resuming_on_another_kind_of_device_is_refused(tmp_path):
+    checkpoint = tmp_path / "run.pt"
+    settings = {"model": "gilr-lstm", "length": 16, "hidden": 4, "batch_size": 4,
+                "max_iterations": 1, "checkpoint": checkpoint, "progress": False}
+    long_dependency.train(**settings)
+    saved = torch.load(checkpoint, weights_only=False)
+    saved["generator"] = torch.zeros(16, dtype=torch.uint8)  # the size of a CUDA generator's
+    torch.save(saved, checkpoint)
+    with pytest.raises(ValueError, match="made on another kind of device than 'cpu'"):
+        long_dependency.train(**{**settings, "max_iterations": 2})
