@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import importlib.metadata
 import json
 import math
@@ -143,12 +144,19 @@ def _torch_pass(case, direction, forward):
     return call, lambda: call(0)
 
 
-def jax_scan(case, direction):
+def _module(name: str, missing: str):
+    """The module ``name``; where it cannot be imported, the contestant is unsupported,
+    with ``missing`` and the import's error as the reason."""
     try:
-        import jax
-        import jax.numpy as jnp
+        return importlib.import_module(name)
     except ImportError as error:
-        raise Unsupported(f"JAX is missing: {error}") from error
+        raise Unsupported(f"{missing}: {error}") from error
+
+
+def jax_scan(case, direction):
+    jax = _module("jax", "JAX is missing")
+    import jax.numpy as jnp
+
     if case.device == "cuda" and jax.default_backend() != "gpu":
         raise Unsupported("JAX sees no GPU")
     axis = case.axis
@@ -177,10 +185,8 @@ def jax_scan(case, direction):
 def torch_scan(case, direction):
     import torch
 
-    try:
-        from torch._higher_order_ops.associative_scan import associative_scan
-    except ImportError as error:
-        raise Unsupported(f"this torch has no associative_scan: {error}") from error
+    associative_scan = _module("torch._higher_order_ops.associative_scan",
+                               "this torch has no associative_scan").associative_scan
     axis = case.axis
     if case.device == "cuda":
         # one compilation per shape, dtype and direction: more than dynamo's default limit of
@@ -211,19 +217,13 @@ def accelerated_warp(case, direction):
     length = case.shape[-1]
     if length < 32 or length > 65536 or length & (length - 1):
         raise Unsupported("the warp kernel takes T a power of 2 from 32 to 65,536")
-    try:
-        from accelerated_scan.warp import scan
-    except ImportError as error:
-        raise Unsupported(f"accelerated-scan is missing: {error}") from error
+    scan = _module("accelerated_scan.warp", "accelerated-scan is missing").scan
     return _torch_pass(case, direction, scan)
 
 
 def accelerated_triton(case, direction):
     _time_contiguous(case, "accelerated-scan")
-    try:
-        from accelerated_scan.scalar import scan
-    except ImportError as error:
-        raise Unsupported(f"accelerated-scan is missing: {error}") from error
+    scan = _module("accelerated_scan.scalar", "accelerated-scan is missing").scan
     return _torch_pass(case, direction, scan)
 
 
@@ -232,11 +232,7 @@ def _fla(case, direction, name):
         raise Unsupported("fla's HGRN ops take (B, T, D) tensors, channels contiguous")
     if case.device != "cuda":
         raise Unsupported("fla needs CUDA")
-    try:
-        from fla.ops import hgrn
-    except ImportError as error:
-        raise Unsupported(f"flash-linear-attention is missing: {error}") from error
-    op = getattr(hgrn, name)
+    op = getattr(_module("fla.ops.hgrn", "flash-linear-attention is missing"), name)
     import torch
 
     logs = [torch.log(t) for t in case.torch["a"]]  # the gates in fla's log-space form
@@ -268,10 +264,7 @@ def cub(case, direction):
         raise Unsupported("no gradient")
     if case.dtype != "float32":
         raise Unsupported("float32 only (the operator is compiled by Numba)")
-    try:
-        import cuda.compute
-    except ImportError as error:
-        raise Unsupported(f"cuda-cccl is missing: {error}") from error
+    compute = _module("cuda.compute", "cuda-cccl is missing")
     import cupy
 
     pair = np.dtype([("a", np.float32), ("h", np.float32)])
@@ -287,8 +280,8 @@ def cub(case, direction):
         return right[0] * left[0], right[0] * left[1] + right[1]
 
     def call(i):
-        cuda.compute.inclusive_scan(d_in=cuda.compute.ZipIterator(a[i], x[i]), d_out=out[i],
-                                    op=op, num_items=x[i].size)
+        compute.inclusive_scan(d_in=compute.ZipIterator(a[i], x[i]), d_out=out[i],
+                               op=op, num_items=x[i].size)
         return out[i]
     return call, lambda: call(0).view(np.float32)[1::2].reshape(case.shape)  # the h field
 
