@@ -7,14 +7,19 @@ label is that sign. A two-layer network reads the whole sequence and
 classifies it from its last output. Training stops at convergence - five
 consecutive minibatches classified 100% right - or at a limit.
 
+The random steps are drawn from the other 127 directions, as in problem 2b,
+whose class symbols are never among its random elements; ``--distractors all``
+draws them from all 128, so that a later ``+e1`` looks like a positive
+sequence's first step (a harder problem).
+
     python -m benchmarks.long_dependency --model gilr-lstm --length 1024
     python -m benchmarks.long_dependency --model lstm --length 1024
     python -m benchmarks.long_dependency --model gilr-lstm --length 1048576 --hidden 64 \\
         --checkpoint run.pt   # run again with the same arguments to resume
 
 Writes ``results/long_dependency_<model>_<length>.json`` (settings, iterations,
-wall time, the learning curve, device and versions) and a PNG of the curve
-beside it.
+wall time, the learning curve, device and versions; ``..._all.json`` with
+``--distractors all``) and a PNG of the curve beside it.
 """
 
 from __future__ import annotations
@@ -33,14 +38,20 @@ from cuscan.nn import GILRLSTM
 
 P = 128  # input dimension
 CONVERGED_AFTER = 5  # consecutive minibatches at 100% accuracy
+DISTRACTORS = ("others", "all")  # the directions the steps after the first are drawn from
 
 
-def batch(length: int, size: int, generator: torch.Generator, device) -> tuple:
+def batch(length: int, size: int, generator: torch.Generator, device,
+          distractors: str = "others") -> tuple:
     """A minibatch: one-hot inputs ``(length, size, P)`` and labels ``(size,)`` (0 or 1), drawn
     with ``generator``, which lives on ``device`` (a million steps of positions drawn on the host
-    would take longer than a training step on a GPU)."""
+    would take longer than a training step on a GPU). The steps after the first are drawn from
+    the directions other than ``e1`` (``distractors="others"``) or from all (``"all"``)."""
+    if distractors not in DISTRACTORS:
+        raise ValueError(f"`distractors` must be one of {DISTRACTORS}; got {distractors!r}")
     signs = torch.randint(0, 2, (size,), generator=generator, device=device) * 2 - 1
-    positions = torch.randint(0, P, (length, size), generator=generator, device=device)
+    positions = torch.randint(1 if distractors == "others" else 0, P, (length, size),
+                              generator=generator, device=device)
     positions[0] = 0
     inputs = torch.zeros(length, size, P, device=device)  # built where it is used
     inputs.scatter_(2, positions.unsqueeze(-1), 1.0)
@@ -95,13 +106,15 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
           learning_rate: float = 1e-3, max_iterations: int = 100_000,
           max_minutes: float | None = None, seed: int = 0, device: str = "cpu",
           checkpoint: Path | None = None, checkpoint_every: int = 100,
-          progress: bool = True, compiled: bool = False) -> dict:
+          progress: bool = True, compiled: bool = False, distractors: str = "others") -> dict:
     """Train until convergence or a limit; return the run's record (see the module doc).
 
     With ``compiled``, the network runs through ``torch.compile`` (one graph, its
     elementwise operations fused; the same training up to rounding). Checkpoints hold
     the network's own parameters, so a run may be resumed compiled or not.
     """
+    if distractors not in DISTRACTORS:
+        raise ValueError(f"`distractors` must be one of {DISTRACTORS}; got {distractors!r}")
     if compiled and model != "gilr-lstm":
         raise ValueError(f"only the GILR-LSTM runs compiled: torch.compile cannot trace "
                          f"torch.nn.LSTM (which cuDNN runs as one kernel); got model {model!r}")
@@ -111,17 +124,20 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
     forward = torch.compile(network, fullgraph=True) if compiled else network
     optimizer = torch.optim.Adam(network.parameters(), lr=learning_rate)
     record = {"model": model, "length": length, "hidden": hidden, "batch_size": batch_size,
-              "learning_rate": learning_rate, "seed": seed, "iterations": 0, "streak": 0,
+              "learning_rate": learning_rate, "seed": seed, "distractors": distractors,
+              "iterations": 0, "streak": 0,
               "converged": False, "wall_time_s": 0.0, "curve": []}
     if checkpoint is not None and checkpoint.exists():
         # On the host: the loads below copy to the network's device, and a generator's state
         # is a host tensor whatever its device.
         saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
         # The optimizer's state holds its own learning rate: resuming with other settings
-        # would silently train on with the saved ones.
+        # would silently train on with the saved ones. Runs from before ``distractors``
+        # drew from all directions.
+        saved["record"].setdefault("distractors", "all")
         differ = [f"{name} {saved['record'][name]!r} (given {record[name]!r})"
                   for name in ("model", "length", "hidden", "batch_size", "learning_rate",
-                               "seed") if saved["record"][name] != record[name]]
+                               "seed", "distractors") if saved["record"][name] != record[name]]
         if differ:
             raise ValueError(f"checkpoint {checkpoint} was made with other settings: "
                              f"{', '.join(differ)}; resume with its settings or start "
@@ -139,7 +155,7 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
     start = time.perf_counter() - record["wall_time_s"]
     deadline = None if max_minutes is None else time.perf_counter() + 60 * max_minutes
     while not record["converged"] and record["iterations"] < max_iterations:
-        inputs, labels = batch(length, batch_size, generator, device)
+        inputs, labels = batch(length, batch_size, generator, device, distractors)
         logits = forward(inputs)
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
         optimizer.zero_grad()
@@ -223,16 +239,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--compile", action="store_true",
                         help="run the GILR-LSTM through torch.compile (the first iteration "
                         "compiles it)")
+    parser.add_argument("--distractors", choices=DISTRACTORS, default="others",
+                        help="draw the steps after the first from the directions other than "
+                        "e1 (as problem 2b), or from all")
     parser.add_argument("--out", type=Path, default=_common.RESULTS)
     args = parser.parse_args(argv)
     record = train(args.model, args.length, args.hidden, args.batch_size, args.learning_rate,
                    args.max_iterations, args.max_minutes, args.seed, args.device,
-                   args.checkpoint, compiled=args.compile)
+                   args.checkpoint, compiled=args.compile, distractors=args.distractors)
     record["device"] = (torch.cuda.get_device_name(args.device) if args.device.startswith("cuda")
                         else "cpu")
     record["environment"] = {**_common.environment(), "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
     name = f"long_dependency_{args.model}_{args.length}"
+    name += "" if args.distractors == "others" else f"_{args.distractors}"
     (args.out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
     try:
         plot(record, args.out / f"{name}.png")

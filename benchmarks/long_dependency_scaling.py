@@ -11,9 +11,9 @@ spending GPU time on a million steps.
 Each finished run is added to ``results/long_dependency_scaling_<device>.json``
 (a run already there with the same settings is skipped, unless it stopped short
 of convergence at a lower ``--max-iterations``, when it is run again and
-replaced), and a table of all the runs there is printed: per length and
-learning rate, each seed's iterations, or ``>N`` where it had not converged
-after ``N``. With ``--jobs`` above 1 the runs share the CPU, so their times
+replaced), and a table of all the runs there is printed: per length,
+distractors and learning rate, each seed's iterations, or ``>N`` where it had
+not converged after ``N``. With ``--jobs`` above 1 the runs share the CPU, so their times
 per iteration are those of a shared machine.
 """
 
@@ -30,7 +30,7 @@ import torch
 
 from benchmarks import _common, long_dependency
 
-SETTINGS = ("model", "length", "hidden", "batch_size", "learning_rate", "seed")
+SETTINGS = ("model", "length", "hidden", "batch_size", "learning_rate", "seed", "distractors")
 
 
 def run(settings: dict, max_iterations: int, device: str, threads: int) -> dict:
@@ -51,14 +51,15 @@ def table(rows: list[dict]) -> str:
     lengths = sorted({row["length"] for row in rows})
     groups: dict[tuple, dict[int, list[str]]] = {}
     for row in sorted(rows, key=lambda row: row["seed"]):
-        key = (row["model"], row["hidden"], row["batch_size"], row["learning_rate"])
+        key = (row["model"], row["distractors"], row["hidden"], row["batch_size"],
+               row["learning_rate"])
         cell = (str(row["iterations"]) if row["converged"] else f">{row['iterations']}")
         groups.setdefault(key, {}).setdefault(row["length"], []).append(cell)
-    lines = ["| model | hidden | batch | learning rate | "
+    lines = ["| model | distractors | hidden | batch | learning rate | "
              + " | ".join(f"T = {length:,}" for length in lengths) + " |",
-             "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in lengths) + " |"]
-    for (model, hidden, batch_size, rate), cells in sorted(groups.items()):
-        lines.append(f"| {model} | {hidden} | {batch_size} | {rate:g} | "
+             "| --- | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in lengths) + " |"]
+    for (model, distractors, hidden, batch_size, rate), cells in sorted(groups.items()):
+        lines.append(f"| {model} | {distractors} | {hidden} | {batch_size} | {rate:g} | "
                      + " | ".join(", ".join(cells.get(length, ["-"])) for length in lengths)
                      + " |")
     return "\n".join(lines)
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--lengths", type=_numbers(int), default=[256, 512, 1024])
     parser.add_argument("--learning-rates", type=_numbers(float), default=[1e-3, 3e-3])
     parser.add_argument("--seeds", type=_numbers(int), default=[0, 1])
+    parser.add_argument("--distractors", choices=long_dependency.DISTRACTORS, default="others",
+                        help="the directions of the steps after the first (see long_dependency)")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-iterations", type=int, default=1500)
@@ -95,8 +98,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     # Runs that settle their settings: converged, or stopped at this limit or a higher one.
     done = {tuple(row[name] for name in SETTINGS) for row in saved["runs"]
             if row["converged"] or row["max_iterations"] >= args.max_iterations}
-    todo = [dict(zip(SETTINGS, (args.model, length, args.hidden, args.batch_size, rate, seed),
-                     strict=True))
+    todo = [dict(zip(SETTINGS, (args.model, length, args.hidden, args.batch_size, rate, seed,
+                                args.distractors), strict=True))
             for length in args.lengths for rate in args.learning_rates for seed in args.seeds]
     todo = [settings for settings in todo
             if tuple(settings[name] for name in SETTINGS) not in done]

@@ -12,13 +12,26 @@ torch = require("torch")
 from benchmarks import long_dependency  # noqa: E402  (needs torch)
 
 
-def test_batch_is_the_problem():
-    inputs, labels = long_dependency.batch(50, 8, torch.Generator().manual_seed(0), "cpu")
-    assert inputs.shape == (50, 8, long_dependency.P)
+@pytest.mark.parametrize("distractors", ["others", "all"])
+def test_batch_is_the_problem(distractors):
+    inputs, labels = long_dependency.batch(2000, 8, torch.Generator().manual_seed(0), "cpu",
+                                           distractors)
+    assert inputs.shape == (2000, 8, long_dependency.P)
     torch.testing.assert_close(inputs[0, :, 0], labels * 2 - 1)  # +e1 or -e1, the label
     assert torch.all(inputs[0, :, 1:] == 0)
     assert torch.all(inputs[1:].sum(-1) == 1)
     assert torch.all(inputs[1:] >= 0)
+    used = inputs[1:].sum((0, 1)) > 0  # the directions drawn after the first step
+    assert used[0] == (distractors == "all")  # a later +e1 only when all are drawn
+    assert torch.all(used[1:])
+
+
+def test_unknown_distractors_are_refused():
+    with pytest.raises(ValueError, match=r"`distractors` must be one of .*; got 'some'"):
+        long_dependency.batch(4, 2, torch.Generator(), "cpu", "some")
+    with pytest.raises(ValueError, match=r"`distractors` must be one of .*; got 'some'"):
+        long_dependency.train(length=4, hidden=2, max_iterations=1, progress=False,
+                              distractors="some")
 
 
 def test_gilr_lstm_learns_at_length_64():
@@ -61,7 +74,7 @@ def test_scaling_records_each_run_once(tmp_path, capsys):
     rows = long_dependency_scaling.main(argv)
     assert sorted(row["length"] for row in rows) == [8, 12]
     assert all(row["iterations"] == 3 and not row["converged"] for row in rows)
-    assert "| gilr-lstm | 4 | 4 | 0.01 | >3 | >3 |" in capsys.readouterr().out
+    assert "| gilr-lstm | others | 4 | 4 | 0.01 | >3 | >3 |" in capsys.readouterr().out
     again = long_dependency_scaling.main([*argv, "--seeds", "0,1"])  # seed 0's runs are kept
     assert sorted((row["length"], row["seed"]) for row in again) == [
         (8, 0), (8, 1), (12, 0), (12, 1)]
@@ -83,6 +96,18 @@ def test_resuming_with_other_settings_is_refused(tmp_path):
     long_dependency.train(**settings, learning_rate=1e-3)
     with pytest.raises(ValueError, match=r"learning_rate 0\.001 \(given 0\.003\)"):
         long_dependency.train(**settings, learning_rate=3e-3)
+    with pytest.raises(ValueError, match=r"distractors 'others' \(given 'all'\)"):
+        long_dependency.train(**settings, learning_rate=1e-3, distractors="all")
+    # A checkpoint from before the option drew its distractors from all the directions.
+    saved = torch.load(checkpoint, weights_only=False)
+    del saved["record"]["distractors"]
+    torch.save(saved, checkpoint)
+    with pytest.raises(ValueError, match=r"distractors 'all' \(given 'others'\)"):
+        long_dependency.train(**settings, learning_rate=1e-3)
+    resumed = long_dependency.train(**{**settings, "max_iterations": 2}, learning_rate=1e-3,
+                                    distractors="all")
+    assert resumed["iterations"] == 2
+    assert resumed["distractors"] == "all"
 
 
 # Inductor's own imports use a deprecated torch.jit decorator.
