@@ -41,14 +41,18 @@ CONVERGED_AFTER = 5  # consecutive minibatches at 100% accuracy
 DISTRACTORS = ("others", "all")  # the directions the steps after the first are drawn from
 
 
+def _check_distractors(distractors: str) -> None:
+    if distractors not in DISTRACTORS:
+        raise ValueError(f"`distractors` must be one of {DISTRACTORS}; got {distractors!r}")
+
+
 def batch(length: int, size: int, generator: torch.Generator, device,
           distractors: str = "others") -> tuple:
     """A minibatch: one-hot inputs ``(length, size, P)`` and labels ``(size,)`` (0 or 1), drawn
     with ``generator``, which lives on ``device`` (a million steps of positions drawn on the host
     would take longer than a training step on a GPU). The steps after the first are drawn from
     the directions other than ``e1`` (``distractors="others"``) or from all (``"all"``)."""
-    if distractors not in DISTRACTORS:
-        raise ValueError(f"`distractors` must be one of {DISTRACTORS}; got {distractors!r}")
+    _check_distractors(distractors)
     signs = torch.randint(0, 2, (size,), generator=generator, device=device) * 2 - 1
     positions = torch.randint(1 if distractors == "others" else 0, P, (length, size),
                               generator=generator, device=device)
@@ -113,8 +117,7 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
     elementwise operations fused; the same training up to rounding). Checkpoints hold
     the network's own parameters, so a run may be resumed compiled or not.
     """
-    if distractors not in DISTRACTORS:
-        raise ValueError(f"`distractors` must be one of {DISTRACTORS}; got {distractors!r}")
+    _check_distractors(distractors)  # before a checkpoint's settings are compared with it
     if compiled and model != "gilr-lstm":
         raise ValueError(f"only the GILR-LSTM runs compiled: torch.compile cannot trace "
                          f"torch.nn.LSTM (which cuDNN runs as one kernel); got model {model!r}")

@@ -33,6 +33,11 @@ from benchmarks import _common, long_dependency
 SETTINGS = ("model", "length", "hidden", "batch_size", "learning_rate", "seed", "distractors")
 
 
+def _key(row: dict) -> tuple:
+    """What identifies a run: its settings."""
+    return tuple(row[name] for name in SETTINGS)
+
+
 def run(settings: dict, max_iterations: int, device: str, threads: int) -> dict:
     """One training run, as a row of the record: its settings, outcome and timing."""
     torch.set_num_threads(threads)
@@ -96,13 +101,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     path = args.out / f"long_dependency_scaling_{device_name.replace(' ', '-')}.json"
     saved = json.loads(path.read_text()) if path.exists() else {"runs": []}
     # Runs that settle their settings: converged, or stopped at this limit or a higher one.
-    done = {tuple(row[name] for name in SETTINGS) for row in saved["runs"]
+    done = {_key(row) for row in saved["runs"]
             if row["converged"] or row["max_iterations"] >= args.max_iterations}
     todo = [dict(zip(SETTINGS, (args.model, length, args.hidden, args.batch_size, rate, seed,
                                 args.distractors), strict=True))
             for length in args.lengths for rate in args.learning_rates for seed in args.seeds]
     todo = [settings for settings in todo
-            if tuple(settings[name] for name in SETTINGS) not in done]
+            if _key(settings) not in done]
     threads = max(1, (os.cpu_count() or 1) // args.jobs)
     environment = {**_common.environment(), "torch": torch.__version__}  # of the code run
     args.out.mkdir(parents=True, exist_ok=True)
@@ -114,9 +119,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for future in concurrent.futures.as_completed(futures):
             row = future.result()
             row["environment"] = environment
-            key = tuple(row[name] for name in SETTINGS)
-            saved["runs"] = [*(old for old in saved["runs"]
-                               if tuple(old[name] for name in SETTINGS) != key), row]
+            saved["runs"] = [*(old for old in saved["runs"] if _key(old) != _key(row)), row]
             saved["device"] = device_name
             path.write_text(json.dumps(saved, indent=1) + "\n")
             status = "converged" if row["converged"] else "did not converge"
