@@ -106,6 +106,27 @@ class Classifier(torch.nn.Module):
         return self.head(output[-1]).squeeze(-1)
 
 
+def build(model: str, hidden: int, length: int, device, compiled: bool = False) -> tuple:
+    """The `Classifier` on ``device``, and what runs it: itself, or with ``compiled`` its
+    ``torch.compile`` (the GILR-LSTM's only)."""
+    if compiled and model != "gilr-lstm":
+        raise ValueError(f"only the GILR-LSTM runs compiled: torch.compile cannot trace "
+                         f"torch.nn.LSTM (which cuDNN runs as one kernel); got model {model!r}")
+    network = Classifier(model, hidden, length).to(device)
+    return network, (torch.compile(network, fullgraph=True) if compiled else network)
+
+
+def step(forward, optimizer, inputs: torch.Tensor, labels: torch.Tensor) -> tuple:
+    """One training iteration on a minibatch: the network (``forward``) on ``inputs``,
+    backward, the optimizer's update; the loss and the accuracy, as floats."""
+    logits = forward(inputs)
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item(), ((logits > 0).float() == labels).float().mean().item()
+
+
 def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch_size: int = 16,
           learning_rate: float = 1e-3, max_iterations: int = 100_000,
           max_minutes: float | None = None, seed: int = 0, device: str = "cpu",
@@ -118,13 +139,9 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
     the network's own parameters, so a run may be resumed compiled or not.
     """
     _check_distractors(distractors)  # before a checkpoint's settings are compared with it
-    if compiled and model != "gilr-lstm":
-        raise ValueError(f"only the GILR-LSTM runs compiled: torch.compile cannot trace "
-                         f"torch.nn.LSTM (which cuDNN runs as one kernel); got model {model!r}")
     torch.manual_seed(seed)
     generator = torch.Generator(device).manual_seed(seed)
-    network = Classifier(model, hidden, length).to(device)
-    forward = torch.compile(network, fullgraph=True) if compiled else network
+    network, forward = build(model, hidden, length, device, compiled)
     optimizer = torch.optim.Adam(network.parameters(), lr=learning_rate)
     record = {"model": model, "length": length, "hidden": hidden, "batch_size": batch_size,
               "learning_rate": learning_rate, "seed": seed, "distractors": distractors,
@@ -158,18 +175,13 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
     start = time.perf_counter() - record["wall_time_s"]
     deadline = None if max_minutes is None else time.perf_counter() + 60 * max_minutes
     while not record["converged"] and record["iterations"] < max_iterations:
-        inputs, labels = batch(length, batch_size, generator, device, distractors)
-        logits = forward(inputs)
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        accuracy = ((logits > 0).float() == labels).float().mean().item()
+        loss, accuracy = step(forward, optimizer,
+                              *batch(length, batch_size, generator, device, distractors))
         record["iterations"] += 1
         record["streak"] = record["streak"] + 1 if accuracy == 1.0 else 0
         record["converged"] = record["streak"] >= CONVERGED_AFTER
         record["wall_time_s"] = time.perf_counter() - start
-        record["curve"].append([record["iterations"], round(loss.item(), 6), accuracy,
+        record["curve"].append([record["iterations"], round(loss, 6), accuracy,
                                 round(record["wall_time_s"], 3)])
         if progress:
             _progress(record, max_iterations)

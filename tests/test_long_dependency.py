@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import require
 
 torch = require("torch")
-from benchmarks import long_dependency  # noqa: E402  (needs torch)
+from benchmarks import long_dependency, long_dependency_cost  # noqa: E402  (need torch)
 
 
 @pytest.mark.parametrize("distractors", ["others", "all"])
@@ -141,3 +141,50 @@ def test_resuming_on_another_kind_of_device_is_refused(tmp_path):
     torch.save(saved, checkpoint)
     with pytest.raises(ValueError, match="made on another kind of device than 'cpu'"):
         long_dependency.train(**{**settings, "max_iterations": 2})
+
+
+def test_saved_bytes_counts_each_storage_once():
+    x = torch.ones(10, requires_grad=True)
+    assert long_dependency_cost.saved_bytes(torch.exp, x) == 40  # its output
+    assert long_dependency_cost.saved_bytes(lambda x: x * x, x) == 40  # x, saved twice
+
+
+def test_cost_records_each_setting_once(tmp_path, capsys):
+    arguments = ["--length", "16", "--hidden", "4", "--modes", "eager", "--warmup", "1",
+                 "--iterations", "2", "--device", "cpu", "--out", str(tmp_path)]
+    long_dependency_cost.main([*arguments, "--batch-sizes", "1,2"])
+    rows = long_dependency_cost.main([*arguments, "--batch-sizes", "2"])  # replaces its row
+    assert [(row["batch_size"], row["compiled"]) for row in rows] == [(1, False), (2, False)]
+    for row in rows:
+        assert len(row["times_ms"]) == 2
+        assert row["ms_per_iteration"] > 0
+        assert row["saved_bytes_per_step"] > 0
+        assert "peak_memory_bytes" not in row
+    saved = json.loads((tmp_path / "long_dependency_cost_cpu.json").read_text())
+    assert saved["rows"] == rows
+    assert saved["device"] == "cpu"
+    assert "| gilr-lstm | 16 | 4 | 2 | eager |" in capsys.readouterr().out
+
+
+def test_cost_records_running_out_of_memory(tmp_path, monkeypatch, capsys):
+    def step(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(long_dependency, "step", step)
+    rows = long_dependency_cost.main(["--length", "8", "--hidden", "2", "--batch-sizes", "1",
+                                      "--modes", "eager", "--device", "cpu",
+                                      "--out", str(tmp_path)])
+    assert rows[0]["error"] == "out of memory"
+    assert "ms_per_iteration" not in rows[0]
+    assert "| 1 | eager | out of memory | - |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--model", "lstm"], "only the GILR-LSTM runs compiled"),
+    (["--modes", "eager,fused"], "--modes must be among eager, compiled; got 'fused'"),
+    (["--iterations", "0"], "--warmup and --iterations must be at least 1"),
+])
+def test_cost_refuses_bad_arguments(arguments, message, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        long_dependency_cost.main([*arguments, "--out", str(tmp_path)])
+    assert message in capsys.readouterr().err
