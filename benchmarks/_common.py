@@ -54,6 +54,15 @@ def environment() -> dict[str, str]:
     }
 
 
+def listed(kind):
+    """An argparse ``type``: comma-separated items, each converted by ``kind``."""
+    def parse(text):
+        return [kind(item) for item in text.split(",")]
+
+    parse.__name__ = f"comma-separated {kind.__name__}"  # argparse names it in errors
+    return parse
+
+
 def best_time(function, repeats: int) -> float:
     """Minimum wall time of ``repeats`` calls after one warm-up, in seconds."""
     function()

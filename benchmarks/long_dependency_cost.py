@@ -28,7 +28,6 @@ from pathlib import Path
 import torch
 
 from benchmarks import _common, long_dependency
-from benchmarks.long_dependency_scaling import _numbers
 
 SETTINGS = ("model", "length", "hidden", "batch_size", "compiled")
 MODES = {"eager": False, "compiled": True}
@@ -112,8 +111,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--model", choices=["gilr-lstm", "lstm"], default="gilr-lstm")
     parser.add_argument("--length", type=int, default=1_048_576)
     parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--batch-sizes", type=_numbers(int), default=[4, 8, 16])
-    parser.add_argument("--modes", type=_numbers(str), default=list(MODES),
+    parser.add_argument("--batch-sizes", type=_common.listed(int), default=[4, 8, 16])
+    parser.add_argument("--modes", type=_common.listed(str), default=list(MODES),
                         help="comma-separated: eager, compiled (the GILR-LSTM only)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--iterations", type=int, default=5)

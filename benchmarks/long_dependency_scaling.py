@@ -70,20 +70,12 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _numbers(kind):
-    def parse(text):
-        return [kind(item) for item in text.split(",")]
-
-    parse.__name__ = f"comma-separated {kind.__name__}"  # argparse names it in errors
-    return parse
-
-
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["gilr-lstm", "lstm"], default="gilr-lstm")
-    parser.add_argument("--lengths", type=_numbers(int), default=[256, 512, 1024])
-    parser.add_argument("--learning-rates", type=_numbers(float), default=[1e-3, 3e-3])
-    parser.add_argument("--seeds", type=_numbers(int), default=[0, 1])
+    parser.add_argument("--lengths", type=_common.listed(int), default=[256, 512, 1024])
+    parser.add_argument("--learning-rates", type=_common.listed(float), default=[1e-3, 3e-3])
+    parser.add_argument("--seeds", type=_common.listed(int), default=[0, 1])
     parser.add_argument("--distractors", choices=long_dependency.DISTRACTORS, default="others",
                         help="the directions of the steps after the first (see long_dependency)")
     parser.add_argument("--hidden", type=int, default=64)
