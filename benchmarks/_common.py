@@ -63,6 +63,15 @@ def listed(kind):
     return parse
 
 
+def replaced(rows: list[dict], row: dict, names) -> list[dict]:
+    """``rows`` without those that agree with ``row`` on each of ``names``, then ``row``: a
+    record's rows with a new one in place of any earlier one of the same settings."""
+    def key(entry):
+        return tuple(entry[name] for name in names)
+
+    return [*(old for old in rows if key(old) != key(row)), row]
+
+
 def best_time(function, repeats: int) -> float:
     """Minimum wall time of ``repeats`` calls after one warm-up, in seconds."""
     function()

@@ -64,17 +64,19 @@ def measure(model: str, length: int, hidden: int, batch_size: int, compiled: boo
             row["saved_bytes_per_step"] = round(
                 saved_bytes(network, inputs) / (length * batch_size), 1)
             del inputs
-        for _ in range(warmup):
+        def iteration():
             long_dependency.step(forward, optimizer,
                                  *long_dependency.batch(length, batch_size, generator, device))
+
+        for _ in range(warmup):
+            iteration()
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         times = []
         for _ in range(iterations):
             sync()
             start = time.perf_counter()
-            long_dependency.step(forward, optimizer,
-                                 *long_dependency.batch(length, batch_size, generator, device))
+            iteration()
             sync()
             times.append(time.perf_counter() - start)
         row["ms_per_iteration"] = round(1e3 * statistics.median(times), 2)
@@ -128,8 +130,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.warmup < 1 or args.iterations < 1:
         parser.error(f"--warmup and --iterations must be at least 1; got {args.warmup} and "
                      f"{args.iterations}")
-    device_name = (torch.cuda.get_device_name(args.device) if args.device.startswith("cuda")
-                   else "cpu")
+    device_name = long_dependency.device_name(args.device)
     path = args.out / f"long_dependency_cost_{device_name.replace(' ', '-')}.json"
     saved = json.loads(path.read_text()) if path.exists() else {"rows": []}
     environment = {**_common.environment(), "torch": torch.__version__}
@@ -142,9 +143,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             if args.device.startswith("cuda"):
                 torch.cuda.empty_cache()
             row["environment"] = environment
-            key = tuple(row[name] for name in SETTINGS)
-            saved["rows"] = [*(old for old in saved["rows"]
-                               if tuple(old[name] for name in SETTINGS) != key), row]
+            saved["rows"] = _common.replaced(saved["rows"], row, SETTINGS)
             saved["device"] = device_name
             path.write_text(json.dumps(saved, indent=1) + "\n")
             outcome = row["error"] if "error" in row else f"{row['ms_per_iteration']:.1f} ms"

@@ -88,8 +88,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1; got {args.jobs}")
-    device_name = (torch.cuda.get_device_name(args.device) if args.device.startswith("cuda")
-                   else "cpu")
+    device_name = long_dependency.device_name(args.device)
     path = args.out / f"long_dependency_scaling_{device_name.replace(' ', '-')}.json"
     saved = json.loads(path.read_text()) if path.exists() else {"runs": []}
     # Runs that settle their settings: converged, or stopped at this limit or a higher one.
@@ -111,7 +110,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for future in concurrent.futures.as_completed(futures):
             row = future.result()
             row["environment"] = environment
-            saved["runs"] = [*(old for old in saved["runs"] if _key(old) != _key(row)), row]
+            saved["runs"] = _common.replaced(saved["runs"], row, SETTINGS)
             saved["device"] = device_name
             path.write_text(json.dumps(saved, indent=1) + "\n")
             status = "converged" if row["converged"] else "did not converge"
