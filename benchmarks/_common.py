@@ -54,6 +54,15 @@ def environment() -> dict[str, str]:
     }
 
 
+def torch_device_name(device) -> str:
+    """What a record calls a torch ``device`` (a string or a ``torch.device``): a CUDA
+    device's name, or "cpu"."""
+    import torch
+
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
 def listed(kind):
     """An argparse ``type``: comma-separated items, each converted by ``kind``."""
     def parse(text):

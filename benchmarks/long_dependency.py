@@ -197,11 +197,6 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
     return record
 
 
-def device_name(device: str) -> str:
-    """What a record calls ``device``: a CUDA device's name, or "cpu"."""
-    return torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
-
-
 def _progress(record: dict, total: int, width: int = 30) -> None:
     done = int(width * record["iterations"] / total)
     _, loss, accuracy, elapsed = record["curve"][-1]
@@ -267,7 +262,7 @@ def main(argv: list[str] | None = None) -> dict:
     record = train(args.model, args.length, args.hidden, args.batch_size, args.learning_rate,
                    args.max_iterations, args.max_minutes, args.seed, args.device,
                    args.checkpoint, compiled=args.compile, distractors=args.distractors)
-    record["device"] = device_name(args.device)
+    record["device"] = _common.torch_device_name(args.device)
     record["environment"] = {**_common.environment(), "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
     name = f"long_dependency_{args.model}_{args.length}"

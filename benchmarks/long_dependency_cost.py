@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.warmup < 1 or args.iterations < 1:
         parser.error(f"--warmup and --iterations must be at least 1; got {args.warmup} and "
                      f"{args.iterations}")
-    device_name = long_dependency.device_name(args.device)
+    device_name = _common.torch_device_name(args.device)
     path = args.out / f"long_dependency_cost_{device_name.replace(' ', '-')}.json"
     saved = json.loads(path.read_text()) if path.exists() else {"rows": []}
     environment = {**_common.environment(), "torch": torch.__version__}

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1; got {args.jobs}")
-    device_name = long_dependency.device_name(args.device)
+    device_name = _common.torch_device_name(args.device)
     path = args.out / f"long_dependency_scaling_{device_name.replace(' ', '-')}.json"
     saved = json.loads(path.read_text()) if path.exists() else {"runs": []}
     # Runs that settle their settings: converged, or stopped at this limit or a higher one.

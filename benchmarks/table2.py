@@ -97,8 +97,7 @@ def run(device: torch.device, repeats: int, quick: bool) -> dict:
         rows.append(row)
         print(table({"rows": [row]}).splitlines()[-1], flush=True)
     environment = {**_common.environment(), "torch": torch.__version__,
-                   "device": (torch.cuda.get_device_name(device) if device.type == "cuda"
-                              else "cpu")}
+                   "device": _common.torch_device_name(device)}
     if device.type == "cuda":
         import cupy
 
