@@ -386,6 +386,29 @@ def test_errors():
         GILRLSTM(3, 4)(x, "state")
     with pytest.raises(TypeError, match=r"^GILR\(\) got an unexpected keyword argument 'window'"):
         GILR(3, 4, window=2)
+    with pytest.raises(TypeError, match=r"a Tensor or a PackedSequence; got ndarray"):
+        model(torch.randn(5, 2, 3).numpy())
+    with pytest.raises(ValueError, match=(
+            r"^expected inputs in the parameters' dtype, torch.float32 \(any floating dtype "
+            r"under torch.autocast\); got torch.float64: convert with .to\(torch.float32\), "
+            r"or the model with .to\(torch.float64\)$")):
+        model(torch.randn(5, 2, 3, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"got torch.int64: convert with .to\(torch.float32\)$"):
+        model(torch.ones(5, 2, 3, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"^expected the state in the parameters' dtype, "
+                       r"torch.float32 .*; got torch.float16"):
+        GILRLSTM(3, 4)(x[..., :3], (torch.zeros(1, 5, 4), torch.zeros(1, 5, 4).half()))
+    with pytest.raises(ValueError, match=r"^expected the state in .*; got torch.float64"):
+        qrnn(x, (c, [torch.zeros(2, 5, 3), torch.zeros(2, 5, 4, dtype=torch.float64)]))
+    packed = torch.nn.utils.rnn.pack_sequence([torch.randn(4, 3, dtype=torch.float64)])
+    with pytest.raises(ValueError, match=r"^expected inputs in .*; got torch.float64"):
+        model(packed)
+    with pytest.raises(ValueError, match=r"^expected inputs on the parameters' device, meta; "
+                       r"got a tensor on cpu$"):
+        GILR(3, 4, device="meta")(torch.randn(5, 2, 3))
+    with pytest.raises(ValueError, match=r"^expected the state on the parameters' device, cpu; "
+                       r"got a tensor on meta$"):
+        model(torch.randn(5, 2, 3), torch.zeros(1, 2, 4, device="meta"))
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -401,6 +424,32 @@ def test_device_and_dtype(name):
     output, _ = meta(torch.empty(x.shape, device="meta"))
     assert output.shape == (6, 2, 5)
     assert output.device.type == "meta"
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_autocast(name):
+    """Under ``torch.autocast`` float32 parameters take float32 inputs (and a state in
+    bfloat16 or float32): both methods give the same outputs, within bfloat16's rounding of
+    those without autocast, and float32 gradients."""
+    torch.manual_seed(0)
+    model = MODELS[name](3, 5, num_layers=2, bidirectional=True)
+    x = torch.randn(40, 2, model.input_size)
+    _, state = model(x)
+    results = {}
+    for method in ("serial", "parallel"):
+        model.method = method
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            results[method] = [model(x, each(state, lambda t, dtype=dtype: t.detach().to(dtype)))[0]
+                               for dtype in (torch.bfloat16, torch.float32)]
+        grads = torch.autograd.grad(sum(r.float().square().sum() for r in results[method]),
+                                    list(model.parameters()))
+        assert {g.dtype for g in grads} == {torch.float32}
+    epsilon = torch.finfo(torch.bfloat16).eps
+    for serial, parallel in zip(results["serial"], results["parallel"], strict=True):
+        assert parallel.dtype in (torch.bfloat16, torch.float32)
+        torch.testing.assert_close(serial, parallel)
+        torch.testing.assert_close(parallel.float(), model(x, state)[0],
+                                   rtol=16 * epsilon, atol=16 * epsilon)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

@@ -90,7 +90,8 @@ class _Stack(nn.Module):
             ``(T, B, input_size)``, or ``(B, T, input_size)`` with
             ``batch_first``; ``(T, input_size)`` for one unbatched sequence; or
             a ``torch.nn.utils.rnn.PackedSequence`` of sequences of different
-            lengths.
+            lengths. On the parameters' device, in their dtype (any floating
+            dtype under ``torch.autocast``), as is `state`.
         state : Tensor or tuple, optional
             The initial state: ``(num_layers * directions, B, hidden_size)`` per
             state tensor (see ``state_names``; directions is 2 when
@@ -108,7 +109,14 @@ class _Stack(nn.Module):
             The final state, in the layout of `state`; with a PackedSequence,
             each sequence's state after its own last step.
         """
-        if isinstance(inputs, nn.utils.rnn.PackedSequence):
+        is_packed = isinstance(inputs, nn.utils.rnn.PackedSequence)
+        if not is_packed and not isinstance(inputs, torch.Tensor):
+            raise TypeError(f"expected inputs as a Tensor or a PackedSequence; "
+                            f"got {type(inputs).__name__}")
+        self._check_like_parameters("inputs", inputs.data if is_packed else inputs)
+        for part in _tensors(state):
+            self._check_like_parameters("the state", part)
+        if is_packed:
             padded, lengths = nn.utils.rnn.pad_packed_sequence(inputs)
             output, final = self._run(padded, state, lengths)
             if inputs.sorted_indices is not None:
@@ -127,6 +135,21 @@ class _Stack(nn.Module):
         x = inputs.transpose(0, 1) if self.batch_first else inputs
         output, final = self._run(x, state, None)
         return (output.transpose(0, 1) if self.batch_first else output), final
+
+    def _check_like_parameters(self, what: str, tensor) -> None:
+        """``tensor`` on the parameters' device and in their dtype (any under autocast,
+        which casts as it goes), as the layers' products need."""
+        weight = next(self.parameters())
+        if tensor.device != weight.device:
+            raise ValueError(f"expected {what} on the parameters' device, {weight.device}; "
+                             f"got a tensor on {tensor.device}")
+        if tensor.dtype == weight.dtype or (tensor.dtype.is_floating_point
+                                            and torch.is_autocast_enabled(tensor.device.type)):
+            return
+        model = f", or the model with .to({tensor.dtype})" if tensor.dtype.is_floating_point else ""
+        raise ValueError(f"expected {what} in the parameters' dtype, {weight.dtype} (any "
+                         f"floating dtype under torch.autocast); got {tensor.dtype}: convert "
+                         f"with .to({weight.dtype}){model}")
 
     def _run(self, x, state, lengths, batched=True):
         """The stack over time-major ``x``; finals at ``lengths - 1`` when given.
@@ -187,6 +210,15 @@ def _check_count(name: str, value) -> None:
         raise TypeError(f"`{name}` must be an integer; got {type(value).__name__}")
     if value < 1:
         raise ValueError(f"`{name}` must be at least 1; got {value}")
+
+
+def _tensors(state) -> list:
+    """The tensors in a state, nested as it may be; the rest is left to ``_split``."""
+    if isinstance(state, torch.Tensor):
+        return [state]
+    if isinstance(state, (tuple, list)):
+        return [t for part in state for t in _tensors(part)]
+    return []
 
 
 def _shapes(state) -> str:
