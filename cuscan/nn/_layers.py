@@ -146,10 +146,10 @@ class _Stack(nn.Module):
         if tensor.dtype == weight.dtype or (tensor.dtype.is_floating_point
                                             and torch.is_autocast_enabled(tensor.device.type)):
             return
-        model = f", or the model with .to({tensor.dtype})" if tensor.dtype.is_floating_point else ""
+        other = f", or the model with .to({tensor.dtype})" if tensor.dtype.is_floating_point else ""
         raise ValueError(f"expected {what} in the parameters' dtype, {weight.dtype} (any "
                          f"floating dtype under torch.autocast); got {tensor.dtype}: convert "
-                         f"with .to({weight.dtype}){model}")
+                         f"with .to({weight.dtype}){other}")
 
     def _run(self, x, state, lengths, batched=True):
         """The stack over time-major ``x``; finals at ``lengths - 1`` when given.
