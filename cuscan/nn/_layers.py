@@ -113,9 +113,10 @@ class _Stack(nn.Module):
         if not is_packed and not isinstance(inputs, torch.Tensor):
             raise TypeError(f"expected inputs as a Tensor or a PackedSequence; "
                             f"got {type(inputs).__name__}")
-        self._check_like_parameters("inputs", inputs.data if is_packed else inputs)
+        weight = next(self.parameters())
+        _check_like(weight, "inputs", inputs.data if is_packed else inputs)
         for part in _tensors(state):
-            self._check_like_parameters("the state", part)
+            _check_like(weight, "the state", part)
         if is_packed:
             padded, lengths = nn.utils.rnn.pad_packed_sequence(inputs)
             output, final = self._run(padded, state, lengths)
@@ -135,21 +136,6 @@ class _Stack(nn.Module):
         x = inputs.transpose(0, 1) if self.batch_first else inputs
         output, final = self._run(x, state, None)
         return (output.transpose(0, 1) if self.batch_first else output), final
-
-    def _check_like_parameters(self, what: str, tensor) -> None:
-        """``tensor`` on the parameters' device and in their dtype (any under autocast,
-        which casts as it goes), as the layers' products need."""
-        weight = next(self.parameters())
-        if tensor.device != weight.device:
-            raise ValueError(f"expected {what} on the parameters' device, {weight.device}; "
-                             f"got a tensor on {tensor.device}")
-        if tensor.dtype == weight.dtype or (tensor.dtype.is_floating_point
-                                            and torch.is_autocast_enabled(tensor.device.type)):
-            return
-        other = f", or the model with .to({tensor.dtype})" if tensor.dtype.is_floating_point else ""
-        raise ValueError(f"expected {what} in the parameters' dtype, {weight.dtype} (any "
-                         f"floating dtype under torch.autocast); got {tensor.dtype}: convert "
-                         f"with .to({weight.dtype}){other}")
 
     def _run(self, x, state, lengths, batched=True):
         """The stack over time-major ``x``; finals at ``lengths - 1`` when given.
@@ -210,6 +196,21 @@ def _check_count(name: str, value) -> None:
         raise TypeError(f"`{name}` must be an integer; got {type(value).__name__}")
     if value < 1:
         raise ValueError(f"`{name}` must be at least 1; got {value}")
+
+
+def _check_like(weight, what: str, tensor) -> None:
+    """``tensor`` on ``weight``'s device and in its dtype (any floating dtype under
+    autocast, which casts as it goes), as the layers' products need."""
+    if tensor.device != weight.device:
+        raise ValueError(f"expected {what} on the parameters' device, {weight.device}; "
+                         f"got a tensor on {tensor.device}")
+    if tensor.dtype == weight.dtype or (tensor.dtype.is_floating_point
+                                        and torch.is_autocast_enabled(tensor.device.type)):
+        return
+    other = f", or the model with .to({tensor.dtype})" if tensor.dtype.is_floating_point else ""
+    raise ValueError(f"expected {what} in the parameters' dtype, {weight.dtype} (any "
+                     f"floating dtype under torch.autocast); got {tensor.dtype}: convert "
+                     f"with .to({weight.dtype}){other}")
 
 
 def _tensors(state) -> list:
