@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import functools
 import importlib
 from types import ModuleType
@@ -9,6 +10,8 @@ from types import ModuleType
 import numpy as np
 
 _PYTHON_SCALARS = (bool, int, float, complex)
+# Sequences converted as NumPy converts them: typed buffers (memoryview, array.array) included.
+_SEQUENCES = (list, tuple, range, memoryview, array.array)
 # Top-level module of an array type -> the backend module computing on it.
 _BACKENDS = {"numpy": "cuscan._numpy_backend", "cupy": "cuscan._cupy_backend"}
 # Frameworks whose tensors are converted (without copies) and differentiated.
@@ -28,7 +31,7 @@ def library(value: object) -> str | None:
     """
     if type(value) is np.ndarray:
         return "numpy"
-    if value is None or isinstance(value, (*_PYTHON_SCALARS, np.generic, list, tuple, range)):
+    if value is None or isinstance(value, (*_PYTHON_SCALARS, np.generic, *_SEQUENCES)):
         return None
     module = type(value).__module__.partition(".")[0]
     lib = _ALIASES.get(module, module)

@@ -3,6 +3,7 @@ modes."""
 
 from __future__ import annotations
 
+import array
 import functools
 import importlib.util
 
@@ -107,9 +108,10 @@ def test_layouts_broadcasting_and_scalars(device):
         np.full((5, 3), 0.5), np.ones((5, 3))))
     assert cuscan.linear_recurrence(decays, jnp.zeros((0, 6))).shape == (0, 6)
     # Python sequences beside JAX arrays, converted as jnp.asarray converts them
-    h = cuscan.linear_recurrence(decays, [[1.0] * 6] * 3, [0.5] * 6)
-    np.testing.assert_allclose(np.asarray(h), reference.linear_recurrence(
-        np.asarray(decays), np.ones((3, 6)), 0.5), rtol=1e-12)
+    for state in ([0.5] * 6, array.array("d", [0.5] * 6), memoryview(np.full(6, 0.5))):
+        h = cuscan.linear_recurrence(decays, [[1.0] * 6] * 3, state)
+        np.testing.assert_allclose(np.asarray(h), reference.linear_recurrence(
+            np.asarray(decays), np.ones((3, 6)), 0.5), rtol=1e-12)
     grad = jax.grad(lambda a: cuscan.linear_recurrence(a, [1.0, 2.0, 3.0]).sum())(
         jnp.ones(3, jnp.float32))
     assert grad.dtype == jnp.float32

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import array
+
 import numpy as np
 import pytest
 
@@ -131,6 +133,14 @@ def test_python_scalars_and_lists(backend, method):
         np.testing.assert_allclose(
             cuscan.linear_recurrence((0.5, 0.5, 0.5), range(1, 4), method=method),
             [1.0, 2.5, 4.25])
+        # Typed buffers are sequences too, and keep their type's dtype, as NumPy reads them.
+        result = cuscan.linear_recurrence(0.5, array.array("f", [1, 2, 3]), method=method)
+        assert result.dtype == np.float32
+        np.testing.assert_allclose(result, [1.0, 2.5, 4.25])
+        impulses = np.arange(12.0).reshape(4, 3)[::2, ::-1]
+        result = cuscan.linear_recurrence(memoryview(np.full(3, 0.5)), memoryview(impulses),
+                                          axis=0, method=method)
+        np.testing.assert_allclose(result, reference.linear_recurrence(0.5, impulses))
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import os
 import sys
 
@@ -69,8 +70,9 @@ def test_layouts_broadcasting_and_scalars():
     h = cuscan.linear_recurrence(decays.numpy(), impulses, np.ones((2, 6)), axis=0)
     assert isinstance(h, tf.Tensor)
     np.testing.assert_allclose(h.numpy(), expected, rtol=1e-12)
-    h = cuscan.linear_recurrence(decays, impulses.numpy(), [1.0] * 6, axis=0)
-    np.testing.assert_allclose(h.numpy(), expected, rtol=1e-12)
+    for state in ([1.0] * 6, array.array("d", [1.0] * 6), memoryview(np.ones(6))):
+        h = cuscan.linear_recurrence(decays, impulses.numpy(), state, axis=0)
+        np.testing.assert_allclose(h.numpy(), expected, rtol=1e-12)
     x = tf.ones(3)
     with tf.GradientTape() as tape:
         tape.watch(x)

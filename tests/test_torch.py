@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import array
 import os
 import subprocess
 import sys
@@ -64,6 +65,12 @@ def test_layouts_broadcasting_and_scalars(device):
     h32 = cuscan.linear_recurrence(0.5, impulses.float(), axis=1)
     assert h32.dtype == torch.float32
     assert cuscan.linear_recurrence(0.5j, impulses.float()).dtype == torch.complex64
+    # Sequences beside tensors (typed buffers too) take the tensors' dtype and device.
+    for state in ([1.0] * 6, array.array("f", [1.0] * 6), memoryview(np.ones(6))):
+        h = cuscan.linear_recurrence(decays, impulses, state, axis=0)
+        assert h.dtype == torch.float64
+        assert h.device == impulses.device
+        np.testing.assert_allclose(h.cpu().numpy(), expected, rtol=1e-12)
 
 
 def test_conversions_share_memory(device):
