@@ -9,9 +9,9 @@ from types import ModuleType
 
 import numpy as np
 
-_PYTHON_SCALARS = (bool, int, float, complex)
-# Sequences converted as NumPy converts them: typed buffers (memoryview, array.array) included.
-_SEQUENCES = (list, tuple, range, memoryview, array.array)
+# Scalars (Python's and NumPy's) and sequences, typed buffers included: no library's arrays,
+# converted as the other operands' library converts them (NumPy when there are none).
+_UNOWNED = (bool, int, float, complex, np.generic, list, tuple, range, memoryview, array.array)
 # Top-level module of an array type -> the backend module computing on it.
 _BACKENDS = {"numpy": "cuscan._numpy_backend", "cupy": "cuscan._cupy_backend"}
 # Frameworks whose tensors are converted (without copies) and differentiated.
@@ -31,7 +31,7 @@ def library(value: object) -> str | None:
     """
     if type(value) is np.ndarray:
         return "numpy"
-    if value is None or isinstance(value, (*_PYTHON_SCALARS, np.generic, *_SEQUENCES)):
+    if value is None or isinstance(value, _UNOWNED):
         return None
     module = type(value).__module__.partition(".")[0]
     lib = _ALIASES.get(module, module)
