@@ -15,6 +15,17 @@ replaced), and a table of all the runs there is printed: per length,
 distractors and learning rate, each seed's iterations, or ``>N`` where it had
 not converged after ``N``. With ``--jobs`` above 1 the runs share the CPU, so their times
 per iteration are those of a shared machine.
+
+A second table fits how the iterations grow: per model, size and learning rate,
+the mean of the runs that learned at each length (with how many of how many
+learned), and two extrapolations to ``--extrapolate-to`` steps (a million by
+default): by a least-squares fit of the means' logarithms against the length's
+(a constant factor per doubling of the length), and by a least-squares line
+against the length's logarithm (a constant count per doubling). A plot of every
+run is written beside the record, as a PNG. ``--report`` prints the tables and
+writes the plot from the record alone, running nothing:
+
+    python -m benchmarks.long_dependency_scaling --report --device cpu
 """
 
 from __future__ import annotations
@@ -24,13 +35,16 @@ import concurrent.futures
 import json
 import multiprocessing
 import os
+import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from benchmarks import _common, long_dependency
 
 SETTINGS = ("model", "length", "hidden", "batch_size", "learning_rate", "seed", "distractors")
+GROUP = ("model", "distractors", "hidden", "batch_size", "learning_rate")  # a line of a table
 
 
 def _key(row: dict) -> tuple:
@@ -56,8 +70,7 @@ def table(rows: list[dict]) -> str:
     lengths = sorted({row["length"] for row in rows})
     groups: dict[tuple, dict[int, list[str]]] = {}
     for row in sorted(rows, key=lambda row: row["seed"]):
-        key = (row["model"], row["distractors"], row["hidden"], row["batch_size"],
-               row["learning_rate"])
+        key = tuple(row[name] for name in GROUP)
         cell = (str(row["iterations"]) if row["converged"] else f">{row['iterations']}")
         groups.setdefault(key, {}).setdefault(row["length"], []).append(cell)
     lines = ["| model | distractors | hidden | batch | learning rate | "
@@ -68,6 +81,120 @@ def table(rows: list[dict]) -> str:
                      + " | ".join(", ".join(cells.get(length, ["-"])) for length in lengths)
                      + " |")
     return "\n".join(lines)
+
+
+def growth(rows: list[dict], to_length: int = 2**20) -> list[dict]:
+    """How the iterations grow with the length, per model, size and learning rate.
+
+    Parameters
+    ----------
+    rows : list of dict
+        Runs of the record.
+    to_length : int
+        The length to extrapolate to.
+
+    Returns
+    -------
+    list of dict
+        Per group (``GROUP``'s settings): ``lengths``, the ``means`` of the
+        iterations of the runs that learned at each, how many ``learned`` of how
+        many ``runs``; and, where at least two lengths have runs that learned,
+        ``factor`` (the iterations' growth per doubling of the length, from a
+        least-squares fit of their logarithms) with its extrapolation
+        ``at_length_by_factor``, and ``count`` (iterations added per doubling, from
+        a least-squares line against the length's logarithm) with
+        ``at_length_by_count``. The means leave out the runs that did not learn,
+        so they understate where some did not.
+    """
+    groups: dict[tuple, dict[int, list[dict]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[name] for name in GROUP), {}).setdefault(
+            row["length"], []).append(row)
+    fits = []
+    for key, by_length in sorted(groups.items()):
+        fit = dict(zip(GROUP, key, strict=True))
+        fit["lengths"], fit["means"], fit["learned"], fit["runs"] = [], [], [], []
+        for length, runs in sorted(by_length.items()):
+            learned = [row["iterations"] for row in runs if row["converged"]]
+            fit["lengths"].append(length)
+            fit["means"].append(sum(learned) / len(learned) if learned else None)
+            fit["learned"].append(len(learned))
+            fit["runs"].append(len(runs))
+        points = [(np.log2(length), mean) for length, mean in zip(fit["lengths"], fit["means"],
+                                                                  strict=True) if mean is not None]
+        if len(points) >= 2:
+            doublings, means = np.array(points).T
+            slope, intercept = np.polyfit(doublings, np.log(means), 1)
+            fit["factor"] = float(np.exp(slope))
+            fit["at_length_by_factor"] = float(np.exp(slope * np.log2(to_length) + intercept))
+            slope, intercept = np.polyfit(doublings, means, 1)
+            fit["count"] = float(slope)
+            fit["at_length_by_count"] = float(slope * np.log2(to_length) + intercept)
+        fits.append(fit)
+    return fits
+
+
+def growth_table(fits: list[dict], to_length: int) -> str:
+    """Markdown: a line per group, its means per length and its two extrapolations."""
+    lines = ["| model | distractors | hidden | batch | learning rate | mean iterations of those "
+             f"that learned (learned of runs), per length | per doubling | at T = {to_length:,} |",
+             "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+    for fit in fits:
+        means = ", ".join(
+            f"{length:,}: {'-' if mean is None else f'{mean:,.0f}'} ({learned} of {runs})"
+            for length, mean, learned, runs in zip(fit["lengths"], fit["means"], fit["learned"],
+                                                    fit["runs"], strict=True))
+        if "factor" in fit:
+            doubling = f"{fit['factor']:.2f} times, or {fit['count']:+,.0f}"
+            extrapolated = (f"{fit['at_length_by_factor']:,.0f}, or "
+                            f"{fit['at_length_by_count']:,.0f}")
+        else:
+            doubling = extrapolated = "-"
+        lines.append(f"| {fit['model']} | {fit['distractors']} | {fit['hidden']} | "
+                     f"{fit['batch_size']} | {fit['learning_rate']:g} | {means} | {doubling} | "
+                     f"{extrapolated} |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Every run's iterations against its length, a panel per choice of distractors, as a PNG.
+
+    A line per model, size and learning rate joins the means of the runs that
+    learned; a run that did not is drawn as a triangle at the iterations it stopped at.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({row["distractors"] for row in rows})
+    figure, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.8),
+                                squeeze=False)
+    for axis, distractors in zip(axes[0], panels, strict=True):
+        chosen = [row for row in rows if row["distractors"] == distractors]
+        for index, fit in enumerate(growth(chosen)):
+            colour = f"C{index % 10}"
+            label = (f"{fit['model']}, rate {fit['learning_rate']:g}, batch {fit['batch_size']}"
+                     f", hidden {fit['hidden']}")
+            points = [(length, mean) for length, mean in zip(fit["lengths"], fit["means"],
+                                                             strict=True) if mean is not None]
+            lengths, means = zip(*points, strict=True) if points else ((), ())
+            axis.plot(lengths, means, color=colour, marker="o", markersize=3, label=label)
+            runs = [row for row in chosen if tuple(row[name] for name in GROUP)
+                    == tuple(fit[name] for name in GROUP)]
+            for learned, marker in ((True, "."), (False, "^")):
+                lengths = [row["length"] for row in runs if row["converged"] == learned]
+                iterations = [row["iterations"] for row in runs if row["converged"] == learned]
+                axis.scatter(lengths, iterations, color=colour, marker=marker,
+                             s=16 if learned else 40, alpha=0.6)
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("length T (steps)")
+        axis.set_ylabel("iterations to learn")
+        axis.set_title(f"distractors: {distractors} (triangles: not learned when stopped)")
+        axis.legend(fontsize=7, loc="upper left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -85,12 +212,23 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--jobs", type=int, default=1,
                         help="runs at once, each with its share of the CPU's threads")
     parser.add_argument("--out", type=Path, default=_common.RESULTS)
+    parser.add_argument("--extrapolate-to", type=int, default=2**20,
+                        help="the length the growth table extrapolates to")
+    parser.add_argument("--report", action="store_true",
+                        help="run nothing: print the tables and write the plot from the record")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1; got {args.jobs}")
+    if args.extrapolate_to < 1:
+        parser.error(f"--extrapolate-to must be at least 1; got {args.extrapolate_to}")
     device_name = _common.torch_device_name(args.device)
     path = args.out / f"long_dependency_scaling_{device_name.replace(' ', '-')}.json"
+    if args.report and not path.exists():
+        parser.error(f"--report needs a record; {path} does not exist")
     saved = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    if args.report:
+        report(saved["runs"], path, args.extrapolate_to)
+        return saved["runs"]
     # Runs that settle their settings: converged, or stopped at this limit or a higher one.
     done = {_key(row) for row in saved["runs"]
             if row["converged"] or row["max_iterations"] >= args.max_iterations}
@@ -117,8 +255,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print(f"T = {row['length']:,}, rate {row['learning_rate']:g}, seed {row['seed']}: "
                   f"{status} after {row['iterations']} iterations ({row['wall_time_s']} s)",
                   flush=True)
-    print(table(saved["runs"]))
+    if saved["runs"]:
+        report(saved["runs"], path, args.extrapolate_to)
     return saved["runs"]
+
+
+def report(rows: list[dict], path: Path, to_length: int) -> None:
+    """Print the runs' table and the growth table; plot the runs beside the record."""
+    print(table(rows))
+    print()
+    print(growth_table(growth(rows, to_length), to_length))
+    try:
+        plot(rows, path.with_suffix(".png"))
+    except ImportError:
+        print("matplotlib is missing: no plot (pip install 'cuscan[docs]')", file=sys.stderr)
 
 
 if __name__ == "__main__":

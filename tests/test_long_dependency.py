@@ -89,6 +89,59 @@ def test_scaling_records_each_run_once(tmp_path, capsys):
     assert "invalid comma-separated int value: '8,x'" in capsys.readouterr().err
 
 
+def _run(length, iterations, converged=True, seed=0, **settings):
+    return {"model": "gilr-lstm", "distractors": "others", "hidden": 4, "batch_size": 4,
+            "learning_rate": 3e-3, "length": length, "seed": seed, "iterations": iterations,
+            "converged": converged, **settings}
+
+
+def test_scaling_growth_fits_factor_and_count():
+    from benchmarks import long_dependency_scaling
+
+    # 1.5 times a doubling: 100, 150, 225; a failed run is left out of the means.
+    rows = [_run(256, 90), _run(256, 110, seed=1), _run(512, 150), _run(512, 999, False, 1),
+            _run(1024, 225),
+            # 50 more a doubling, at another rate; and a rate with one length alone.
+            *(_run(2**k, 50 * k, learning_rate=1e-2) for k in (4, 6, 7)),
+            _run(64, 300, learning_rate=1e-3), _run(128, 1500, False, learning_rate=1e-3)]
+    fits = {fit["learning_rate"]: fit for fit in long_dependency_scaling.growth(rows, 2**20)}
+    steady = fits[3e-3]
+    assert steady["lengths"] == [256, 512, 1024]
+    assert steady["means"] == [100, 150, 225]
+    assert (steady["learned"], steady["runs"]) == ([2, 1, 1], [2, 2, 1])
+    assert steady["factor"] == pytest.approx(1.5)
+    assert steady["at_length_by_factor"] == pytest.approx(225 * 1.5**10)
+    linear = fits[1e-2]
+    assert linear["count"] == pytest.approx(50)
+    assert linear["at_length_by_count"] == pytest.approx(1000)
+    assert fits[1e-3]["means"] == [300, None]
+    assert {"factor", "count"}.isdisjoint(fits[1e-3])
+    assert steady["count"] == pytest.approx(62.5)  # the line through the three means
+    assert steady["at_length_by_count"] == pytest.approx(62.5 * 20 + 475 / 3 - 62.5 * 9)
+    table = long_dependency_scaling.growth_table(list(fits.values()), 2**20)
+    assert ("| 0.003 | 256: 100 (2 of 2), 512: 150 (1 of 2), 1,024: 225 (1 of 1) | "
+            "1.50 times, or +6" in table)
+    assert "| 12,975, or 846 |" in table
+    assert "| 0.001 | 64: 300 (1 of 1), 128: - (0 of 1) | - | - |" in table
+
+
+def test_scaling_report_runs_nothing(tmp_path, capsys):
+    require("matplotlib")
+    from benchmarks import long_dependency_scaling
+
+    argv = ["--device", "cpu", "--out", str(tmp_path), "--report"]
+    with pytest.raises(SystemExit):
+        long_dependency_scaling.main(argv)
+    assert "--report needs a record" in capsys.readouterr().err
+    rows = [_run(256, 100), _run(512, 150), _run(512, 600, False, seed=1, distractors="all")]
+    (tmp_path / "long_dependency_scaling_cpu.json").write_text(json.dumps({"runs": rows}))
+    assert long_dependency_scaling.main([*argv, "--extrapolate-to", "1024"]) == rows
+    out = capsys.readouterr().out
+    assert "| gilr-lstm | others | 4 | 4 | 0.003 | 100 | 150 |" in out
+    assert "1.50 times, or +50 | 225, or 200 |" in out
+    assert (tmp_path / "long_dependency_scaling_cpu.png").stat().st_size > 0
+
+
 def test_resuming_with_other_settings_is_refused(tmp_path):
     checkpoint = tmp_path / "run.pt"
     settings = {"model": "gilr-lstm", "length": 16, "hidden": 4, "batch_size": 4,
