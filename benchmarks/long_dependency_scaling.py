@@ -168,7 +168,7 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = sorted({row["distractors"] for row in rows})
-    figure, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 4.8),
+    figure, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels), 5.6),
                                 squeeze=False)
     for axis, distractors in zip(axes[0], panels, strict=True):
         chosen = [row for row in rows if row["distractors"] == distractors]
@@ -191,7 +191,7 @@ def plot(rows: list[dict], path: Path) -> None:
         axis.set_xlabel("length T (steps)")
         axis.set_ylabel("iterations to learn")
         axis.set_title(f"distractors: {distractors} (triangles: not learned when stopped)")
-        axis.legend(fontsize=7, loc="upper left")
+        axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
