@@ -52,6 +52,11 @@ def _key(row: dict) -> tuple:
     return tuple(row[name] for name in SETTINGS)
 
 
+def _group(row: dict) -> tuple:
+    """The settings a line of the tables shares: all but the length and the seed."""
+    return tuple(row[name] for name in GROUP)
+
+
 def run(settings: dict, max_iterations: int, device: str, threads: int) -> dict:
     """One training run, as a row of the record: its settings, outcome and timing."""
     torch.set_num_threads(threads)
@@ -70,7 +75,7 @@ def table(rows: list[dict]) -> str:
     lengths = sorted({row["length"] for row in rows})
     groups: dict[tuple, dict[int, list[str]]] = {}
     for row in sorted(rows, key=lambda row: row["seed"]):
-        key = tuple(row[name] for name in GROUP)
+        key = _group(row)
         cell = (str(row["iterations"]) if row["converged"] else f">{row['iterations']}")
         groups.setdefault(key, {}).setdefault(row["length"], []).append(cell)
     lines = ["| model | distractors | hidden | batch | learning rate | "
@@ -108,8 +113,7 @@ def growth(rows: list[dict], to_length: int = 2**20) -> list[dict]:
     """
     groups: dict[tuple, dict[int, list[dict]]] = {}
     for row in rows:
-        groups.setdefault(tuple(row[name] for name in GROUP), {}).setdefault(
-            row["length"], []).append(row)
+        groups.setdefault(_group(row), {}).setdefault(row["length"], []).append(row)
     fits = []
     for key, by_length in sorted(groups.items()):
         fit = dict(zip(GROUP, key, strict=True))
@@ -172,6 +176,9 @@ def plot(rows: list[dict], path: Path) -> None:
                                 squeeze=False)
     for axis, distractors in zip(axes[0], panels, strict=True):
         chosen = [row for row in rows if row["distractors"] == distractors]
+        runs_of: dict[tuple, list[dict]] = {}
+        for row in chosen:
+            runs_of.setdefault(_group(row), []).append(row)
         for index, fit in enumerate(growth(chosen)):
             colour = f"C{index % 10}"
             label = (f"{fit['model']}, rate {fit['learning_rate']:g}, batch {fit['batch_size']}"
@@ -180,8 +187,7 @@ def plot(rows: list[dict], path: Path) -> None:
                                                              strict=True) if mean is not None]
             lengths, means = zip(*points, strict=True) if points else ((), ())
             axis.plot(lengths, means, color=colour, marker="o", markersize=3, label=label)
-            runs = [row for row in chosen if tuple(row[name] for name in GROUP)
-                    == tuple(fit[name] for name in GROUP)]
+            runs = runs_of[_group(fit)]
             for learned, marker in ((True, "."), (False, "^")):
                 lengths = [row["length"] for row in runs if row["converged"] == learned]
                 iterations = [row["iterations"] for row in runs if row["converged"] == learned]
