@@ -57,6 +57,14 @@ def _group(row: dict) -> tuple:
     return tuple(row[name] for name in GROUP)
 
 
+def _by_setting(rows: list[dict]) -> dict[tuple, dict[int, list[dict]]]:
+    """``rows`` by the line of the tables they are on (``_group``), then by length, in order."""
+    groups: dict[tuple, dict[int, list[dict]]] = {}
+    for row in rows:
+        groups.setdefault(_group(row), {}).setdefault(row["length"], []).append(row)
+    return groups
+
+
 def run(settings: dict, max_iterations: int, device: str, threads: int) -> dict:
     """One training run, as a row of the record: its settings, outcome and timing."""
     torch.set_num_threads(threads)
@@ -73,18 +81,16 @@ def run(settings: dict, max_iterations: int, device: str, threads: int) -> dict:
 def table(rows: list[dict]) -> str:
     """Markdown: a line per model, size and learning rate, a column per length."""
     lengths = sorted({row["length"] for row in rows})
-    groups: dict[tuple, dict[int, list[str]]] = {}
-    for row in sorted(rows, key=lambda row: row["seed"]):
-        key = _group(row)
-        cell = (str(row["iterations"]) if row["converged"] else f">{row['iterations']}")
-        groups.setdefault(key, {}).setdefault(row["length"], []).append(cell)
+    groups = _by_setting(sorted(rows, key=lambda row: row["seed"]))
     lines = ["| model | distractors | hidden | batch | learning rate | "
              + " | ".join(f"T = {length:,}" for length in lengths) + " |",
              "| --- | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in lengths) + " |"]
-    for (model, distractors, hidden, batch_size, rate), cells in sorted(groups.items()):
+    for (model, distractors, hidden, batch_size, rate), by_length in sorted(groups.items()):
+        cells = (", ".join(str(row["iterations"]) if row["converged"]
+                           else f">{row['iterations']}" for row in by_length.get(length, []))
+                 or "-" for length in lengths)
         lines.append(f"| {model} | {distractors} | {hidden} | {batch_size} | {rate:g} | "
-                     + " | ".join(", ".join(cells.get(length, ["-"])) for length in lengths)
-                     + " |")
+                     + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -111,11 +117,8 @@ def growth(rows: list[dict], to_length: int = 2**20) -> list[dict]:
         ``at_length_by_count``. The means leave out the runs that did not learn,
         so they understate where some did not.
     """
-    groups: dict[tuple, dict[int, list[dict]]] = {}
-    for row in rows:
-        groups.setdefault(_group(row), {}).setdefault(row["length"], []).append(row)
     fits = []
-    for key, by_length in sorted(groups.items()):
+    for key, by_length in sorted(_by_setting(rows).items()):
         fit = dict(zip(GROUP, key, strict=True))
         fit["lengths"], fit["means"], fit["learned"], fit["runs"] = [], [], [], []
         for length, runs in sorted(by_length.items()):
@@ -176,9 +179,7 @@ def plot(rows: list[dict], path: Path) -> None:
                                 squeeze=False)
     for axis, distractors in zip(axes[0], panels, strict=True):
         chosen = [row for row in rows if row["distractors"] == distractors]
-        runs_of: dict[tuple, list[dict]] = {}
-        for row in chosen:
-            runs_of.setdefault(_group(row), []).append(row)
+        groups = _by_setting(chosen)
         for index, fit in enumerate(growth(chosen)):
             colour = f"C{index % 10}"
             label = (f"{fit['model']}, rate {fit['learning_rate']:g}, batch {fit['batch_size']}"
@@ -187,7 +188,7 @@ def plot(rows: list[dict], path: Path) -> None:
                                                              strict=True) if mean is not None]
             lengths, means = zip(*points, strict=True) if points else ((), ())
             axis.plot(lengths, means, color=colour, marker="o", markersize=3, label=label)
-            runs = runs_of[_group(fit)]
+            runs = [row for runs in groups[_group(fit)].values() for row in runs]
             for learned, marker in ((True, "."), (False, "^")):
                 lengths = [row["length"] for row in runs if row["converged"] == learned]
                 iterations = [row["iterations"] for row in runs if row["converged"] == learned]
