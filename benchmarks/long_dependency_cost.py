@@ -13,7 +13,8 @@ the backward pass, in bytes per step of one sequence; and on CUDA the most
 memory the allocator held during the iterations. A setting that runs out of
 device memory is recorded as such, and the next one runs. The rows are added
 to ``results/long_dependency_cost_<device>.json``, replacing any with the same
-settings, and all are printed as a table.
+settings, and all are printed as a table. With ``--choose`` a last line names the
+setting a long run should take (see `choose`), for scripts to read.
 """
 
 from __future__ import annotations
@@ -88,6 +89,20 @@ def measure(model: str, length: int, hidden: int, batch_size: int, compiled: boo
     return row
 
 
+def choose(rows: list[dict]) -> tuple[int, bool] | None:
+    """The minibatch size and mode (compiled or not) a long run should take, from the
+    rows of one measurement: the largest minibatch that ran in either mode (the larger
+    ones learned more reliably on the CPU), in the quicker of its modes that ran; None
+    when no setting ran."""
+    ran = [row for row in rows if "error" not in row]
+    if not ran:
+        return None
+    largest = max(row["batch_size"] for row in ran)
+    quickest = min((row for row in ran if row["batch_size"] == largest),
+                   key=lambda row: row["ms_per_iteration"])
+    return largest, quickest["compiled"]
+
+
 def table(rows: list[dict]) -> str:
     """Markdown: a line per setting."""
     lines = ["| model | length | hidden | batch | mode | ms / iteration | peak memory (GiB) "
@@ -120,6 +135,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, default=_common.RESULTS)
+    parser.add_argument("--choose", action="store_true",
+                        help="end with a line 'choice: BATCH eager|compiled' (or 'choice: "
+                        "none'), the setting of those measured that a long run should take")
     args = parser.parse_args(argv)
     unknown = [mode for mode in args.modes if mode not in MODES]
     if unknown:
@@ -135,6 +153,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     saved = json.loads(path.read_text()) if path.exists() else {"rows": []}
     environment = {**_common.environment(), "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
+    measured = []
     for batch_size in args.batch_sizes:
         for mode in args.modes:
             row = measure(args.model, args.length, args.hidden, batch_size, MODES[mode],
@@ -143,12 +162,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
             if args.device.startswith("cuda"):
                 torch.cuda.empty_cache()
             row["environment"] = environment
+            measured.append(row)
             saved["rows"] = _common.replaced(saved["rows"], row, SETTINGS)
             saved["device"] = device_name
             path.write_text(json.dumps(saved, indent=1) + "\n")
             outcome = row["error"] if "error" in row else f"{row['ms_per_iteration']:.1f} ms"
             print(f"batch {batch_size}, {mode}: {outcome}", flush=True)
     print(table(saved["rows"]))
+    if args.choose:
+        choice = choose(measured)
+        print("choice: " + ("none" if choice is None else
+                            f"{choice[0]} {'compiled' if choice[1] else 'eager'}"))
     return saved["rows"]
 
 

@@ -232,6 +232,38 @@ def test_cost_records_running_out_of_memory(tmp_path, monkeypatch, capsys):
     assert "| 1 | eager | out of memory | - |" in capsys.readouterr().out
 
 
+def _cost(batch_size, compiled, ms=None):
+    row = {"batch_size": batch_size, "compiled": compiled}
+    return {**row, "ms_per_iteration": ms} if ms is not None else {**row, "error": "out of memory"}
+
+
+@pytest.mark.parametrize(("rows", "choice"), [
+    ([_cost(4, False, 150), _cost(4, True, 100), _cost(8, False, 290), _cost(8, True, 310)],
+     (8, False)),
+    ([_cost(4, False, 150), _cost(4, True, 100), _cost(8, False), _cost(8, True, 200)],
+     (8, True)),
+    ([_cost(4, False, 150), _cost(4, True, 160), _cost(8, False), _cost(8, True)], (4, False)),
+    ([_cost(4, False), _cost(8, True)], None),
+    ([], None),
+])
+def test_cost_chooses_the_largest_minibatch_that_ran_in_its_quicker_mode(rows, choice):
+    assert long_dependency_cost.choose(rows) == choice
+
+
+def test_cost_names_its_choice_last(tmp_path, monkeypatch, capsys):
+    arguments = ["--length", "8", "--hidden", "2", "--modes", "eager", "--warmup", "1",
+                 "--iterations", "1", "--device", "cpu", "--out", str(tmp_path), "--choose"]
+    long_dependency_cost.main([*arguments, "--batch-sizes", "1,2"])
+    assert capsys.readouterr().out.splitlines()[-1] == "choice: 2 eager"
+
+    def step(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(long_dependency, "step", step)
+    long_dependency_cost.main([*arguments, "--batch-sizes", "3"])  # only this run's rows count
+    assert capsys.readouterr().out.splitlines()[-1] == "choice: none"
+
+
 @pytest.mark.parametrize(("arguments", "message"), [
     (["--model", "lstm"], "only the GILR-LSTM runs compiled"),
     (["--modes", "eager,fused"], "--modes must be among eager, compiled; got 'fused'"),
