@@ -84,7 +84,7 @@ def measure(model: str, length: int, hidden: int, batch_size: int, compiled: boo
         row["times_ms"] = [round(1e3 * t, 2) for t in times]
         if cuda:
             row["peak_memory_bytes"] = torch.cuda.max_memory_allocated(device)
-    except torch.OutOfMemoryError:
+    except (torch.OutOfMemoryError, MemoryError):  # MemoryError: CuPy's, or the host's
         row["error"] = "out of memory"
     return row
 

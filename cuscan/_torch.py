@@ -60,12 +60,41 @@ def from_array(array) -> torch.Tensor:
     return torch.from_dlpack(array)
 
 
-def _stream(tensor: torch.Tensor):
-    """A context that makes CuPy launch on torch's current stream for ``tensor``'s device."""
+def _on_device(tensor: torch.Tensor):
+    """A context that makes CuPy launch on torch's current stream for ``tensor``'s device
+    and take its memory from torch's caching allocator (`_torch_allocator`)."""
     if tensor.device.type != "cuda":
         return contextlib.nullcontext()
-    stream = torch.cuda.current_stream(tensor.device)
-    return _backend.external_stream("a torch tensor", stream.cuda_stream)
+    return _on_stream(torch.cuda.current_stream(tensor.device).cuda_stream)
+
+
+@contextlib.contextmanager
+def _on_stream(stream: int):
+    cupy = _backend.cupy_for("a torch tensor")
+    with (_backend.external_stream("a torch tensor", stream),
+          cupy.cuda.using_allocator(_torch_allocator())):
+        yield
+
+
+def _torch_malloc(size: int, device: int) -> int:
+    """``size`` bytes from torch's caching allocator on ``device``, for CuPy's current
+    stream (torch's, in `_on_device`)."""
+    stream = _backend.cupy_for("a torch tensor").cuda.get_current_stream().ptr
+    return torch.cuda.caching_allocator_alloc(size, device, stream)
+
+
+def _torch_free(pointer: int, device: int) -> None:
+    torch.cuda.caching_allocator_delete(pointer)
+
+
+@functools.cache
+def _torch_allocator():
+    """A CuPy allocator drawing on torch's caching allocator, so that the outputs and
+    workspaces of a call on CUDA tensors are memory torch can reuse once freed, count in
+    `torch.cuda.memory_allocated`, and raise `torch.OutOfMemoryError` when short (from
+    CuPy's own pool they would stay cached where torch cannot reach them)."""
+    cupy = _backend.cupy_for("a torch tensor")
+    return cupy.cuda.memory.PythonFunctionAllocator(_torch_malloc, _torch_free).malloc
 
 
 def _result_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
@@ -168,7 +197,7 @@ def _forward_impl(decays, impulses, initial_state, axis, reverse, method) -> tor
     """The forward operator's code (`_forward`)."""
     decays, impulses, initial_state = _promoted(decays, impulses, initial_state)
     _api.check_method(method)  # the operator is public too (torch.ops.cuscan)
-    with _stream(impulses):
+    with _on_device(impulses):
         out = _api.forward(
             to_array(decays), to_array(impulses),
             None if initial_state is None else to_array(initial_state),
@@ -192,7 +221,7 @@ def _backward_impl(grad_output, decays, output, initial_state, axis, reverse):
     """The VJP operator's code (`_backward`)."""
     grad_output, decays, output, initial_state = _promoted(grad_output, decays, output,
                                                            initial_state)
-    with _stream(output):
+    with _on_device(output):
         grads = _api.backward(
             to_array(grad_output), to_array(decays), to_array(output),
             None if initial_state is None else to_array(initial_state),

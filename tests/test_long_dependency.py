@@ -219,9 +219,14 @@ def test_cost_records_each_setting_once(tmp_path, capsys):
     assert "| gilr-lstm | 16 | 4 | 2 | eager |" in capsys.readouterr().out
 
 
-def test_cost_records_running_out_of_memory(tmp_path, monkeypatch, capsys):
+class _CupyOutOfMemory(MemoryError):
+    """As CuPy's pool raises it (a `MemoryError`)."""
+
+
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError, _CupyOutOfMemory])
+def test_cost_records_running_out_of_memory(error, tmp_path, monkeypatch, capsys):
     def step(*args):
-        raise torch.OutOfMemoryError("CUDA out of memory")
+        raise error("out of memory allocating 2,147,483,648 bytes")
 
     monkeypatch.setattr(long_dependency, "step", step)
     rows = long_dependency_cost.main(["--length", "8", "--hidden", "2", "--batch-sizes", "1",

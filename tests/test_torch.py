@@ -85,6 +85,70 @@ def test_conversions_share_memory(device):
         assert back.dtype == dtype
 
 
+@pytest.fixture
+def cuda():
+    if not (_gpu_available() and torch.cuda.is_available()):
+        pytest.skip("needs CuPy, a CUDA build of torch and a GPU")
+    return torch.device("cuda")
+
+
+@pytest.mark.gpu
+def test_cuda_memory_comes_from_torch(cuda):
+    """Outputs and workspaces on CUDA come from torch's caching allocator, not CuPy's pool:
+    torch counts them while they live and has them back once they are freed."""
+    import cupy
+
+    pool = cupy.get_default_memory_pool()
+    generator = torch.Generator(cuda).manual_seed(0)
+    decays = torch.rand(3, 100_003, generator=generator, device=cuda)
+    impulses = torch.randn(3, 100_003, generator=generator, device=cuda, requires_grad=True)
+    torch.cuda.synchronize(cuda)
+    pool_bytes, allocated = pool.total_bytes(), torch.cuda.memory_allocated(cuda)
+    h = cuscan.linear_recurrence(decays, impulses, axis=-1, method="parallel")
+    assert torch.cuda.memory_allocated(cuda) - allocated >= h.nbytes
+    h.backward(torch.ones_like(h))
+    del h
+    torch.cuda.synchronize(cuda)
+    assert 0 <= torch.cuda.memory_allocated(cuda) - allocated - impulses.grad.nbytes < 4096
+    assert pool.total_bytes() == pool_bytes
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture(cuda):
+    """A forward and backward pass captured in a CUDA graph (as torch.compile's
+    "reduce-overhead" mode captures them) replays on new inputs as eager calls compute."""
+    generator = torch.Generator(cuda).manual_seed(1)
+    decays = torch.empty(2, 5000, device=cuda)
+    impulses = torch.empty(2, 5000, device=cuda, requires_grad=True)
+    grad_output = torch.empty(2, 5000, device=cuda)
+
+    def step():
+        h = cuscan.linear_recurrence(decays, impulses, axis=-1, method="parallel")
+        return h, *torch.autograd.grad(h, impulses, grad_output)
+
+    def draw():
+        with torch.no_grad():
+            decays.uniform_(0.5, 1.0, generator=generator)
+            for tensor in (impulses, grad_output):
+                tensor.normal_(generator=generator)
+
+    draw()
+    side = torch.cuda.Stream(cuda)  # warm-up off the default stream, as torch asks
+    side.wait_stream(torch.cuda.current_stream(cuda))
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream(cuda).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = step()
+    for _ in range(2):
+        draw()
+        graph.replay()
+        for mine, eager in zip(captured, step(), strict=True):
+            torch.testing.assert_close(mine, eager, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("kind", ["conj", "neg"])
 def test_lazy_conjugates_and_negatives(device, kind):
     """torch's lazy conjugate and negative views (``x.conj()``, ``x.conj().imag``), which
