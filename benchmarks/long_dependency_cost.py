@@ -14,7 +14,9 @@ memory the allocator held during the iterations. A setting that runs out of
 device memory is recorded as such, and the next one runs. The rows are added
 to ``results/long_dependency_cost_<device>.json``, replacing any with the same
 settings, and all are printed as a table. With ``--choose`` a last line names the
-setting a long run should take (see `choose`), for scripts to read.
+setting a long run should take (see `choose`), for scripts to read. With ``--saved``
+nothing is measured: the rows saved for the device and the settings given are
+printed, and chosen among (as for a run resumed with its checkpoint's minibatch).
 """
 
 from __future__ import annotations
@@ -138,6 +140,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--choose", action="store_true",
                         help="end with a line 'choice: BATCH eager|compiled' (or 'choice: "
                         "none'), the setting of those measured that a long run should take")
+    parser.add_argument("--saved", action="store_true",
+                        help="measure nothing: print the rows saved for this device with these "
+                        "settings (and with --choose the choice among them)")
     args = parser.parse_args(argv)
     unknown = [mode for mode in args.modes if mode not in MODES]
     if unknown:
@@ -151,6 +156,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     device_name = _common.torch_device_name(args.device)
     path = args.out / f"long_dependency_cost_{device_name.replace(' ', '-')}.json"
     saved = json.loads(path.read_text()) if path.exists() else {"rows": []}
+    if args.saved:
+        wanted = {"model": [args.model], "length": [args.length], "hidden": [args.hidden],
+                  "batch_size": args.batch_sizes,
+                  "compiled": [MODES[mode] for mode in args.modes]}
+        rows = [row for row in saved["rows"]
+                if all(row[name] in values for name, values in wanted.items())]
+        return _report(rows, rows, args.choose)
     environment = {**_common.environment(), "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
     measured = []
@@ -168,12 +180,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
             path.write_text(json.dumps(saved, indent=1) + "\n")
             outcome = row["error"] if "error" in row else f"{row['ms_per_iteration']:.1f} ms"
             print(f"batch {batch_size}, {mode}: {outcome}", flush=True)
-    print(table(saved["rows"]))
-    if args.choose:
-        choice = choose(measured)
+    return _report(saved["rows"], measured, args.choose)
+
+
+def _report(rows: list[dict], candidates: list[dict], choosing: bool) -> list[dict]:
+    """Print ``rows`` as a table and, when ``choosing``, the choice among ``candidates``."""
+    print(table(rows))
+    if choosing:
+        choice = choose(candidates)
         print("choice: " + ("none" if choice is None else
                             f"{choice[0]} {'compiled' if choice[1] else 'eager'}"))
-    return saved["rows"]
+    return rows
 
 
 if __name__ == "__main__":

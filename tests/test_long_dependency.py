@@ -269,6 +269,27 @@ def test_cost_names_its_choice_last(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == "choice: none"
 
 
+def test_cost_chooses_among_saved_rows_without_measuring(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "long_dependency_cost_cpu.json"
+    rows = [{"model": "gilr-lstm", "length": 8, "hidden": 2, **_cost(4, False, 150)},
+            {"model": "gilr-lstm", "length": 8, "hidden": 2, **_cost(4, True, 100)},
+            {"model": "gilr-lstm", "length": 8, "hidden": 2, **_cost(8, False, 290)},
+            {"model": "gilr-lstm", "length": 16, "hidden": 2, **_cost(4, False, 50)}]
+    path.write_text(json.dumps({"rows": rows, "device": "cpu"}))
+    monkeypatch.setattr(long_dependency_cost, "measure", None)  # never called
+    arguments = ["--length", "8", "--hidden", "2", "--device", "cpu", "--out", str(tmp_path),
+                 "--choose", "--saved"]
+    for batch_sizes, modes, choice in [("4", "eager,compiled", "4 compiled"),
+                                       ("4,8", "eager,compiled", "8 eager"),
+                                       ("4", "eager", "4 eager"), ("16", "eager", "none")]:
+        shown = long_dependency_cost.main([*arguments, "--batch-sizes", batch_sizes,
+                                           "--modes", modes])
+        assert capsys.readouterr().out.splitlines()[-1] == f"choice: {choice}"
+        assert all(row["length"] == 8 and str(row["batch_size"]) in batch_sizes.split(",")
+                   for row in shown)
+    assert json.loads(path.read_text())["rows"] == rows
+
+
 @pytest.mark.parametrize(("arguments", "message"), [
     (["--model", "lstm"], "only the GILR-LSTM runs compiled"),
     (["--modes", "eager,fused"], "--modes must be among eager, compiled; got 'fused'"),
