@@ -61,17 +61,19 @@ def from_array(array) -> torch.Tensor:
 
 
 def _on_device(tensor: torch.Tensor):
-    """A context that makes CuPy launch on torch's current stream for ``tensor``'s device
-    and take its memory from torch's caching allocator (`_torch_allocator`)."""
+    """A context that makes CuPy run on ``tensor``'s device (as torch's operators do,
+    whichever device is current), launch on torch's current stream for it and take its
+    memory from torch's caching allocator (`_torch_allocator`)."""
     if tensor.device.type != "cuda":
         return contextlib.nullcontext()
-    return _on_stream(torch.cuda.current_stream(tensor.device).cuda_stream)
+    device = tensor.device.index
+    return _on_stream(device, torch.cuda.current_stream(device).cuda_stream)
 
 
 @contextlib.contextmanager
-def _on_stream(stream: int):
+def _on_stream(device: int, stream: int):
     cupy = _backend.cupy_for("a torch tensor")
-    with (_backend.external_stream("a torch tensor", stream),
+    with (cupy.cuda.Device(device), _backend.external_stream("a torch tensor", stream),
           cupy.cuda.using_allocator(_torch_allocator())):
         yield
 
