@@ -38,6 +38,7 @@ from cuscan.nn import GILRLSTM
 
 P = 128  # input dimension
 CONVERGED_AFTER = 5  # consecutive minibatches at 100% accuracy
+ADAM_EPSILON = 1e-8  # torch's default, which the runs before ``adam_epsilon`` used
 DISTRACTORS = ("others", "all")  # the directions the steps after the first are drawn from
 
 
@@ -131,33 +132,46 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
           learning_rate: float = 1e-3, max_iterations: int = 100_000,
           max_minutes: float | None = None, seed: int = 0, device: str = "cpu",
           checkpoint: Path | None = None, checkpoint_every: int = 100,
-          progress: bool = True, compiled: bool = False, distractors: str = "others") -> dict:
+          progress: bool = True, compiled: bool = False, distractors: str = "others",
+          adam_epsilon: float = ADAM_EPSILON) -> dict:
     """Train until convergence or a limit; return the run's record (see the module doc).
 
     With ``compiled``, the network runs through ``torch.compile`` (one graph, its
     elementwise operations fused; the same training up to rounding). Checkpoints hold
     the network's own parameters, so a run may be resumed compiled or not.
+
+    ``adam_epsilon`` is the ``eps`` of Adam's update ``m / (sqrt(v) + eps)``. The
+    gradients of the weights that read the first step shrink as ``1 / length``
+    (the chrono initialisation lets a unit take in ``1 / u`` of each step, ``u``
+    up to the length); once they are below ``eps`` Adam moves those weights by
+    that fraction of its step. An ``eps`` scaled as ``1e-8 * 1024 / length``
+    keeps the ratio of 1,024 steps (see docs/long_dependency.md).
     """
     _check_distractors(distractors)  # before a checkpoint's settings are compared with it
     torch.manual_seed(seed)
     generator = torch.Generator(device).manual_seed(seed)
     network, forward = build(model, hidden, length, device, compiled)
-    optimizer = torch.optim.Adam(network.parameters(), lr=learning_rate)
+    if not adam_epsilon > 0:
+        raise ValueError(f"`adam_epsilon` must be positive; got {adam_epsilon!r}")
+    optimizer = torch.optim.Adam(network.parameters(), lr=learning_rate, eps=adam_epsilon)
     record = {"model": model, "length": length, "hidden": hidden, "batch_size": batch_size,
               "learning_rate": learning_rate, "seed": seed, "distractors": distractors,
+              "adam_epsilon": adam_epsilon,
               "iterations": 0, "streak": 0,
               "converged": False, "wall_time_s": 0.0, "curve": []}
     if checkpoint is not None and checkpoint.exists():
         # On the host: the loads below copy to the network's device, and a generator's state
         # is a host tensor whatever its device.
         saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
-        # The optimizer's state holds its own learning rate: resuming with other settings
-        # would silently train on with the saved ones. Runs from before ``distractors``
-        # drew from all directions.
+        # The optimizer's state holds its own learning rate and epsilon: resuming with other
+        # settings would silently train on with the saved ones. Runs from before
+        # ``distractors`` drew from all directions, and before ``adam_epsilon`` used torch's.
         saved["record"].setdefault("distractors", "all")
+        saved["record"].setdefault("adam_epsilon", ADAM_EPSILON)
         differ = [f"{name} {saved['record'][name]!r} (given {record[name]!r})"
                   for name in ("model", "length", "hidden", "batch_size", "learning_rate",
-                               "seed", "distractors") if saved["record"][name] != record[name]]
+                               "seed", "distractors", "adam_epsilon")
+                  if saved["record"][name] != record[name]]
         if differ:
             raise ValueError(f"checkpoint {checkpoint} was made with other settings: "
                              f"{', '.join(differ)}; resume with its settings or start "
@@ -257,11 +271,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--distractors", choices=DISTRACTORS, default="others",
                         help="draw the steps after the first from the directions other than "
                         "e1 (as problem 2b), or from all")
+    parser.add_argument("--adam-epsilon", type=float, default=ADAM_EPSILON,
+                        help="Adam's eps; the first step's gradients shrink as 1 / length, "
+                        "and below eps Adam hardly moves the weights that read it: "
+                        f"1e-11 at a million steps (default {ADAM_EPSILON:g})")
     parser.add_argument("--out", type=Path, default=_common.RESULTS)
     args = parser.parse_args(argv)
     record = train(args.model, args.length, args.hidden, args.batch_size, args.learning_rate,
                    args.max_iterations, args.max_minutes, args.seed, args.device,
-                   args.checkpoint, compiled=args.compile, distractors=args.distractors)
+                   args.checkpoint, compiled=args.compile, distractors=args.distractors,
+                   adam_epsilon=args.adam_epsilon)
     record["device"] = _common.torch_device_name(args.device)
     record["environment"] = {**_common.environment(), "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)

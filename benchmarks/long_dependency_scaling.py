@@ -43,8 +43,19 @@ import torch
 
 from benchmarks import _common, long_dependency
 
-SETTINGS = ("model", "length", "hidden", "batch_size", "learning_rate", "seed", "distractors")
-GROUP = ("model", "distractors", "hidden", "batch_size", "learning_rate")  # a line of a table
+SETTINGS = ("model", "length", "hidden", "batch_size", "learning_rate", "seed", "distractors",
+            "adam_epsilon")
+GROUP = ("model", "distractors", "hidden", "batch_size", "learning_rate", "adam_epsilon")
+# ``GROUP`` is a line of the tables.
+
+
+def _load(path: Path) -> dict:
+    """The record at ``path``, its runs from before ``adam_epsilon`` given torch's, which they
+    used."""
+    saved = json.loads(path.read_text())
+    for row in saved["runs"]:
+        row.setdefault("adam_epsilon", long_dependency.ADAM_EPSILON)
+    return saved
 
 
 def _key(row: dict) -> tuple:
@@ -82,15 +93,17 @@ def table(rows: list[dict]) -> str:
     """Markdown: a line per model, size and learning rate, a column per length."""
     lengths = sorted({row["length"] for row in rows})
     groups = _by_setting(sorted(rows, key=lambda row: row["seed"]))
-    lines = ["| model | distractors | hidden | batch | learning rate | "
+    lines = ["| model | distractors | hidden | batch | learning rate | Adam eps | "
              + " | ".join(f"T = {length:,}" for length in lengths) + " |",
-             "| --- | --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in lengths) + " |"]
-    for (model, distractors, hidden, batch_size, rate), by_length in sorted(groups.items()):
+             "| --- | --- | ---: | ---: | ---: | ---: | "
+             + " | ".join("---:" for _ in lengths) + " |"]
+    for (model, distractors, hidden, batch_size, rate, epsilon), by_length in sorted(
+            groups.items()):
         cells = (", ".join(str(row["iterations"]) if row["converged"]
                            else f">{row['iterations']}" for row in by_length.get(length, []))
                  or "-" for length in lengths)
         lines.append(f"| {model} | {distractors} | {hidden} | {batch_size} | {rate:g} | "
-                     + " | ".join(cells) + " |")
+                     f"{epsilon:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -143,9 +156,10 @@ def growth(rows: list[dict], to_length: int = 2**20) -> list[dict]:
 
 def growth_table(fits: list[dict], to_length: int) -> str:
     """Markdown: a line per group, its means per length and its two extrapolations."""
-    lines = ["| model | distractors | hidden | batch | learning rate | mean iterations of those "
-             f"that learned (learned of runs), per length | per doubling | at T = {to_length:,} |",
-             "| --- | --- | ---: | ---: | ---: | --- | ---: | ---: |"]
+    lines = ["| model | distractors | hidden | batch | learning rate | Adam eps | mean iterations "
+             "of those that learned (learned of runs), per length | per doubling | "
+             f"at T = {to_length:,} |",
+             "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
     for fit in fits:
         means = ", ".join(
             f"{length:,}: {'-' if mean is None else f'{mean:,.0f}'} ({learned} of {runs})"
@@ -158,7 +172,8 @@ def growth_table(fits: list[dict], to_length: int) -> str:
         else:
             doubling = extrapolated = "-"
         lines.append(f"| {fit['model']} | {fit['distractors']} | {fit['hidden']} | "
-                     f"{fit['batch_size']} | {fit['learning_rate']:g} | {means} | {doubling} | "
+                     f"{fit['batch_size']} | {fit['learning_rate']:g} | "
+                     f"{fit['adam_epsilon']:g} | {means} | {doubling} | "
                      f"{extrapolated} |")
     return "\n".join(lines)
 
@@ -183,7 +198,9 @@ def plot(rows: list[dict], path: Path) -> None:
         for index, fit in enumerate(growth(chosen)):
             colour = f"C{index % 10}"
             label = (f"{fit['model']}, rate {fit['learning_rate']:g}, batch {fit['batch_size']}"
-                     f", hidden {fit['hidden']}")
+                     f", hidden {fit['hidden']}"
+                     + ("" if fit["adam_epsilon"] == long_dependency.ADAM_EPSILON
+                        else f", Adam eps {fit['adam_epsilon']:g}"))
             points = [(length, mean) for length, mean in zip(fit["lengths"], fit["means"],
                                                              strict=True) if mean is not None]
             lengths, means = zip(*points, strict=True) if points else ((), ())
@@ -214,6 +231,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help="the directions of the steps after the first (see long_dependency)")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--adam-epsilon", type=float, default=long_dependency.ADAM_EPSILON,
+                        help="Adam's eps (see long_dependency)")
     parser.add_argument("--max-iterations", type=int, default=1500)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--jobs", type=int, default=1,
@@ -232,7 +251,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     path = args.out / f"long_dependency_scaling_{device_name.replace(' ', '-')}.json"
     if args.report and not path.exists():
         parser.error(f"--report needs a record; {path} does not exist")
-    saved = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    saved = _load(path) if path.exists() else {"runs": []}
     if args.report:
         report(saved["runs"], path, args.extrapolate_to)
         return saved["runs"]
@@ -240,7 +259,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     done = {_key(row) for row in saved["runs"]
             if row["converged"] or row["max_iterations"] >= args.max_iterations}
     todo = [dict(zip(SETTINGS, (args.model, length, args.hidden, args.batch_size, rate, seed,
-                                args.distractors), strict=True))
+                                args.distractors, args.adam_epsilon), strict=True))
             for length in args.lengths for rate in args.learning_rates for seed in args.seeds]
     todo = [settings for settings in todo
             if _key(settings) not in done]
