@@ -74,7 +74,7 @@ def test_scaling_records_each_run_once(tmp_path, capsys):
     rows = long_dependency_scaling.main(argv)
     assert sorted(row["length"] for row in rows) == [8, 12]
     assert all(row["iterations"] == 3 and not row["converged"] for row in rows)
-    assert "| gilr-lstm | others | 4 | 4 | 0.01 | >3 | >3 |" in capsys.readouterr().out
+    assert "| gilr-lstm | others | 4 | 4 | 0.01 | 1e-08 | >3 | >3 |" in capsys.readouterr().out
     again = long_dependency_scaling.main([*argv, "--seeds", "0,1"])  # seed 0's runs are kept
     assert sorted((row["length"], row["seed"]) for row in again) == [
         (8, 0), (8, 1), (12, 0), (12, 1)]
@@ -91,8 +91,8 @@ def test_scaling_records_each_run_once(tmp_path, capsys):
 
 def _run(length, iterations, converged=True, seed=0, **settings):
     return {"model": "gilr-lstm", "distractors": "others", "hidden": 4, "batch_size": 4,
-            "learning_rate": 3e-3, "length": length, "seed": seed, "iterations": iterations,
-            "converged": converged, **settings}
+            "learning_rate": 3e-3, "adam_epsilon": 1e-8, "length": length, "seed": seed,
+            "iterations": iterations, "converged": converged, **settings}
 
 
 def test_scaling_growth_fits_factor_and_count():
@@ -119,10 +119,10 @@ def test_scaling_growth_fits_factor_and_count():
     assert steady["count"] == pytest.approx(62.5)  # the line through the three means
     assert steady["at_length_by_count"] == pytest.approx(62.5 * 20 + 475 / 3 - 62.5 * 9)
     table = long_dependency_scaling.growth_table(list(fits.values()), 2**20)
-    assert ("| 0.003 | 256: 100 (2 of 2), 512: 150 (1 of 2), 1,024: 225 (1 of 1) | "
+    assert ("| 0.003 | 1e-08 | 256: 100 (2 of 2), 512: 150 (1 of 2), 1,024: 225 (1 of 1) | "
             "1.50 times, or +6" in table)
     assert "| 12,975, or 846 |" in table
-    assert "| 0.001 | 64: 300 (1 of 1), 128: - (0 of 1) | - | - |" in table
+    assert "| 0.001 | 1e-08 | 64: 300 (1 of 1), 128: - (0 of 1) | - | - |" in table
 
 
 def test_scaling_report_runs_nothing(tmp_path, capsys):
@@ -137,7 +137,7 @@ def test_scaling_report_runs_nothing(tmp_path, capsys):
     (tmp_path / "long_dependency_scaling_cpu.json").write_text(json.dumps({"runs": rows}))
     assert long_dependency_scaling.main([*argv, "--extrapolate-to", "1024"]) == rows
     out = capsys.readouterr().out
-    assert "| gilr-lstm | others | 4 | 4 | 0.003 | 100 | 150 |" in out
+    assert "| gilr-lstm | others | 4 | 4 | 0.003 | 1e-08 | 100 | 150 |" in out
     assert "1.50 times, or +50 | 225, or 200 |" in out
     assert (tmp_path / "long_dependency_scaling_cpu.png").stat().st_size > 0
 
@@ -161,6 +161,62 @@ def test_resuming_with_other_settings_is_refused(tmp_path):
                                     distractors="all")
     assert resumed["iterations"] == 2
     assert resumed["distractors"] == "all"
+
+
+def test_adam_epsilon_is_a_setting(tmp_path):
+    checkpoint = tmp_path / "run.pt"
+    settings = {"model": "gilr-lstm", "length": 16, "hidden": 4, "batch_size": 4,
+                "max_iterations": 1, "checkpoint": checkpoint, "progress": False}
+    record = long_dependency.train(**settings, adam_epsilon=1e-11)
+    assert record["adam_epsilon"] == 1e-11
+    saved = torch.load(checkpoint, weights_only=False)
+    assert saved["optimizer"]["param_groups"][0]["eps"] == 1e-11
+    with pytest.raises(ValueError, match=r"adam_epsilon 1e-11 \(given 1e-08\)"):
+        long_dependency.train(**settings)
+    # A checkpoint from before the option used torch's default.
+    saved["record"].pop("adam_epsilon")
+    torch.save(saved, checkpoint)
+    with pytest.raises(ValueError, match=r"adam_epsilon 1e-08 \(given 1e-11\)"):
+        long_dependency.train(**settings, adam_epsilon=1e-11)
+    for wrong in (0.0, -1e-8, float("nan")):
+        with pytest.raises(ValueError, match="`adam_epsilon` must be positive"):
+            long_dependency.train(length=4, hidden=2, max_iterations=1, progress=False,
+                                  adam_epsilon=wrong)
+
+
+def test_scaling_record_from_before_adam_epsilon(tmp_path, capsys):
+    require("matplotlib")
+    from benchmarks import long_dependency_scaling
+
+    old = _run(256, 100)
+    del old["adam_epsilon"]
+    (tmp_path / "long_dependency_scaling_cpu.json").write_text(json.dumps({"runs": [old]}))
+    rows = long_dependency_scaling.main(["--device", "cpu", "--out", str(tmp_path), "--report"])
+    assert rows == [_run(256, 100)]
+    assert "| 0.003 | 1e-08 | 100 |" in capsys.readouterr().out
+
+
+def test_first_step_gradients_shrink_with_the_length(tmp_path, capsys):
+    from benchmarks import long_dependency_gradients
+
+    short, long = (long_dependency_gradients.measure(length, hidden=8, sequences=2)
+                   for length in (64, 4096))
+    for name in long_dependency_gradients.WEIGHTS:
+        assert long["gradients"][name]["median"] < short["gradients"][name]["median"] / 8, name
+    # The other columns are read by every step after the first: theirs do not shrink so.
+    assert (long["gradients"]["input gate others"]["median"]
+            > short["gradients"]["input gate others"]["median"] / 8)
+    fraction = long["adam_step_fraction"]["1e-08"]["input gate"]
+    median = long["gradients"]["input gate"]["median"]
+    assert fraction == pytest.approx(median / (median + 1e-8))
+    # From a checkpoint, at its length and size.
+    checkpoint = tmp_path / "run.pt"
+    long_dependency.train(length=32, hidden=4, batch_size=4, max_iterations=2,
+                          checkpoint=checkpoint, progress=False)
+    rows = long_dependency_gradients.main(["--checkpoint", str(checkpoint), "--sequences", "1",
+                                           "--device", "cpu", "--out", str(tmp_path)])
+    assert [(row["length"], row["hidden"], row["iterations"]) for row in rows] == [(32, 4, 2)]
+    assert "| 32 | run.pt, 2 iterations |" in capsys.readouterr().out
 
 
 # Inductor's own imports use a deprecated torch.jit decorator.
