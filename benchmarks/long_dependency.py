@@ -19,7 +19,8 @@ sequence's first step (a harder problem).
 
 Writes ``results/long_dependency_<model>_<length>.json`` (settings, iterations,
 wall time, the learning curve, device and versions; ``..._all.json`` with
-``--distractors all``) and a PNG of the curve beside it.
+``--distractors all``, ``..._eps1e-11.json`` with ``--adam-epsilon 1e-11``)
+and a PNG of the curve beside it.
 """
 
 from __future__ import annotations
@@ -286,6 +287,7 @@ def main(argv: list[str] | None = None) -> dict:
     args.out.mkdir(parents=True, exist_ok=True)
     name = f"long_dependency_{args.model}_{args.length}"
     name += "" if args.distractors == "others" else f"_{args.distractors}"
+    name += "" if args.adam_epsilon == ADAM_EPSILON else f"_eps{args.adam_epsilon:g}"
     (args.out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
     try:
         plot(record, args.out / f"{name}.png")

@@ -17,6 +17,8 @@ settings, and all are printed as a table. With ``--choose`` a last line names th
 setting a long run should take (see `choose`), for scripts to read. With ``--saved``
 nothing is measured: the rows saved for the device and the settings given are
 printed, and chosen among (as for a run resumed with its checkpoint's minibatch).
+With ``--reuse`` only the settings given that the device has no row for are
+measured, and the choice is among all the settings given, saved or measured.
 """
 
 from __future__ import annotations
@@ -143,6 +145,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--saved", action="store_true",
                         help="measure nothing: print the rows saved for this device with these "
                         "settings (and with --choose the choice among them)")
+    parser.add_argument("--reuse", action="store_true",
+                        help="measure only the settings this device has no saved row for, and "
+                        "choose among all those given")
     args = parser.parse_args(argv)
     unknown = [mode for mode in args.modes if mode not in MODES]
     if unknown:
@@ -156,18 +161,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
     device_name = _common.torch_device_name(args.device)
     path = args.out / f"long_dependency_cost_{device_name.replace(' ', '-')}.json"
     saved = json.loads(path.read_text()) if path.exists() else {"rows": []}
+    wanted = {"model": [args.model], "length": [args.length], "hidden": [args.hidden],
+              "batch_size": args.batch_sizes, "compiled": [MODES[mode] for mode in args.modes]}
+    given = [row for row in saved["rows"]
+             if all(row[name] in values for name, values in wanted.items())]
     if args.saved:
-        wanted = {"model": [args.model], "length": [args.length], "hidden": [args.hidden],
-                  "batch_size": args.batch_sizes,
-                  "compiled": [MODES[mode] for mode in args.modes]}
-        rows = [row for row in saved["rows"]
-                if all(row[name] in values for name, values in wanted.items())]
-        return _report(rows, rows, args.choose)
+        return _report(given, given, args.choose)
+    known = {(row["batch_size"], row["compiled"]) for row in given} if args.reuse else set()
     environment = {**_common.environment(), "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
-    measured = []
+    measured = [row for row in given if (row["batch_size"], row["compiled"]) in known]
     for batch_size in args.batch_sizes:
         for mode in args.modes:
+            if (batch_size, MODES[mode]) in known:
+                print(f"batch {batch_size}, {mode}: saved", flush=True)
+                continue
             row = measure(args.model, args.length, args.hidden, batch_size, MODES[mode],
                           args.device, args.warmup, args.iterations)
             gc.collect()  # this setting's network and tensors, before the next one's

@@ -346,6 +346,35 @@ def test_cost_chooses_among_saved_rows_without_measuring(tmp_path, monkeypatch, 
     assert json.loads(path.read_text())["rows"] == rows
 
 
+def test_cost_reuses_saved_rows_and_measures_the_rest(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "long_dependency_cost_cpu.json"
+    saved = [{"model": "gilr-lstm", "length": 8, "hidden": 2, **_cost(4, False, 150)},
+             {"model": "gilr-lstm", "length": 8, "hidden": 2, **_cost(8, False)},
+             {"model": "gilr-lstm", "length": 16, "hidden": 2, **_cost(2, False, 50)}]
+    path.write_text(json.dumps({"rows": saved, "device": "cpu"}))
+    asked = []
+
+    def measure(model, length, hidden, batch_size, compiled, *args):
+        asked.append((batch_size, compiled))
+        return {"model": model, "length": length, "hidden": hidden,
+                **_cost(batch_size, compiled, 40 * batch_size)}
+
+    monkeypatch.setattr(long_dependency_cost, "measure", measure)
+    arguments = ["--length", "8", "--hidden", "2", "--device", "cpu", "--out", str(tmp_path),
+                 "--choose", "--reuse", "--batch-sizes", "2,4,8", "--modes", "eager"]
+    long_dependency_cost.main(arguments)
+    assert asked == [(2, False)]  # 4 and 8 are saved, 2 at another length is not this one
+    out = capsys.readouterr().out.splitlines()
+    assert "batch 4, eager: saved" in out
+    assert out[-1] == "choice: 4 eager"  # 8 ran out of memory; 4 is the largest that ran
+    rows = json.loads(path.read_text())["rows"]
+    assert len(rows) == 4
+    assert rows[:3] == saved
+    long_dependency_cost.main([*arguments, "--modes", "eager,compiled"])
+    assert asked[1:] == [(2, True), (4, True), (8, True)]
+    assert capsys.readouterr().out.splitlines()[-1] == "choice: 8 compiled"
+
+
 @pytest.mark.parametrize(("arguments", "message"), [
     (["--model", "lstm"], "only the GILR-LSTM runs compiled"),
     (["--modes", "eager,fused"], "--modes must be among eager, compiled; got 'fused'"),
