@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -63,6 +64,14 @@ def batch(length: int, size: int, generator: torch.Generator, device,
     inputs.scatter_(2, positions.unsqueeze(-1), 1.0)
     inputs[0, :, 0] = signs.float()
     return inputs, (signs > 0).float()
+
+
+def scaled_epsilon(length: int) -> float:
+    """An Adam ``eps`` for ``length`` steps: torch's ``1e-8`` up to 1,024 steps and a decade
+    less per decade of length beyond (``1e-9`` at 8,192, ``1e-11`` at a million), so that the
+    gradients of the weights that read the first step, which shrink as ``1 / length``, stay
+    as far above it as at 1,024 steps (see `train`)."""
+    return 10.0 ** (-8 - round(math.log10(max(length, 1024) / 1024)))
 
 
 def chrono(size: int, length: int) -> torch.Tensor:
@@ -146,7 +155,8 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
     (the chrono initialisation lets a unit take in ``1 / u`` of each step, ``u``
     up to the length); once they are below ``eps`` Adam moves those weights by
     that fraction of its step. An ``eps`` scaled as ``1e-8 * 1024 / length``
-    keeps the ratio of 1,024 steps (see docs/long_dependency.md).
+    keeps the ratio of 1,024 steps (`scaled_epsilon` to a decade; see
+    docs/long_dependency.md).
     """
     _check_distractors(distractors)  # before a checkpoint's settings are compared with it
     torch.manual_seed(seed)
@@ -275,7 +285,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--adam-epsilon", type=float, default=ADAM_EPSILON,
                         help="Adam's eps; the first step's gradients shrink as 1 / length, "
                         "and below eps Adam hardly moves the weights that read it: "
-                        f"1e-11 at a million steps (default {ADAM_EPSILON:g})")
+                        f"{scaled_epsilon(2**20):g} at a million steps, {scaled_epsilon(8192):g} "
+                        f"at 8,192 (default {ADAM_EPSILON:g}, torch's)")
     parser.add_argument("--out", type=Path, default=_common.RESULTS)
     args = parser.parse_args(argv)
     record = train(args.model, args.length, args.hidden, args.batch_size, args.learning_rate,

@@ -184,6 +184,13 @@ def test_adam_epsilon_is_a_setting(tmp_path):
                                   adam_epsilon=wrong)
 
 
+def test_scaled_epsilon_is_a_decade_less_per_decade_of_length():
+    scaled = long_dependency.scaled_epsilon
+    assert [scaled(length) for length in (1, 1024, 2048, 8192, 2**20)] == [
+        1e-8, 1e-8, 1e-8, 1e-9, 1e-11]
+    assert scaled(1024) == long_dependency.ADAM_EPSILON
+
+
 def test_scaling_record_from_before_adam_epsilon(tmp_path, capsys):
     require("matplotlib")
     from benchmarks import long_dependency_scaling
