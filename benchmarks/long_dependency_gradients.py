@@ -41,12 +41,14 @@ WEIGHTS = ("input gate", "candidate", "surrogate gate", "surrogate candidate")
 SETTINGS = ("length", "hidden", "seed", "checkpoint", "iterations")
 
 
-def _gradients(network: long_dependency.Classifier, hidden: int) -> dict:
-    """The gradient of each of ``WEIGHTS`` (``hidden`` rows, a column per input direction)
-    in the first layer of ``network``."""
+def _weights(network: long_dependency.Classifier, hidden: int, grad: bool = True) -> dict:
+    """Each of ``WEIGHTS`` (``hidden`` rows, a column per input direction) in the first layer
+    of ``network``, or with ``grad`` its gradient."""
     layer = network.recurrent.layers[0]
-    inputs = layer.inputs.weight.grad  # forget, input, output, candidate
-    surrogate = layer.surrogate.linear.weight.grad  # gate, candidate
+    inputs, surrogate = layer.inputs.weight, layer.surrogate.linear.weight
+    if grad:
+        inputs, surrogate = inputs.grad, surrogate.grad
+    # inputs: forget, input, output, candidate; surrogate: gate, candidate
     return {"input gate": inputs[hidden:2 * hidden], "candidate": inputs[3 * hidden:],
             "surrogate gate": surrogate[:hidden], "surrogate candidate": surrogate[hidden:]}
 
@@ -63,7 +65,8 @@ def measure(length: int, hidden: int = 64, sequences: int = 4, seed: int = 0,
         median and largest magnitude of its gradients over units and sequences
         (``e1``'s column, or for ``"... others"`` the other columns); and per ``eps`` of
         ``epsilons``, ``g / (g + eps)`` for each weight's median ``g``: the fraction of
-        Adam's step a gradient of that size gets when it keeps its sign.
+        Adam's step a gradient of that size gets when it keeps its sign; and the largest
+        magnitude of each weight's ``e1`` column and of the head (``"weights"``).
     """
     torch.manual_seed(seed)  # the initialisation of ``long_dependency.train(seed=seed)``
     network, _ = long_dependency.build("gilr-lstm", hidden, length, device)
@@ -79,7 +82,7 @@ def measure(length: int, hidden: int = 64, sequences: int = 4, seed: int = 0,
         network.zero_grad()
         loss = torch.nn.functional.binary_cross_entropy_with_logits(network(inputs), labels)
         loss.backward()
-        for name, grad in _gradients(network, hidden).items():
+        for name, grad in _weights(network, hidden).items():
             samples.setdefault(name, []).append(grad[:, 0].abs().cpu())
             samples.setdefault(f"{name} others", []).append(grad[:, 1:].abs().flatten().cpu())
         samples.setdefault("head", []).append(network.head.weight.grad.abs().flatten().cpu())
@@ -89,6 +92,10 @@ def measure(length: int, hidden: int = 64, sequences: int = 4, seed: int = 0,
     for name, values in samples.items():
         values = torch.cat(values).double().numpy()
         row["gradients"][name] = {"median": float(np.median(values)), "max": float(values.max())}
+    with torch.no_grad():
+        row["weights"] = {name: float(weight[:, 0].abs().max())
+                          for name, weight in _weights(network, hidden, grad=False).items()}
+        row["weights"]["head"] = float(network.head.weight.abs().max())
     row["adam_step_fraction"] = {
         f"{eps:g}": {name: row["gradients"][name]["median"]
                      / (row["gradients"][name]["median"] + eps) for name in WEIGHTS}

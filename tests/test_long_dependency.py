@@ -223,6 +223,7 @@ def test_first_step_gradients_shrink_with_the_length(tmp_path, capsys):
     rows = long_dependency_gradients.main(["--checkpoint", str(checkpoint), "--sequences", "1",
                                            "--device", "cpu", "--out", str(tmp_path)])
     assert [(row["length"], row["hidden"], row["iterations"]) for row in rows] == [(32, 4, 2)]
+    assert set(rows[0]["weights"]) == {*long_dependency_gradients.WEIGHTS, "head"}
     assert "| 32 | run.pt, 2 iterations |" in capsys.readouterr().out
 
 
