@@ -108,12 +108,13 @@ def table(rows: list[dict]) -> str:
     brackets) and Adam's step fraction for each recorded ``eps``."""
     epsilons = sorted({eps for row in rows for eps in row["adam_step_fraction"]}, key=float,
                       reverse=True)
-    lines = ["| length | weights | " + " | ".join(f"{name}, e1" for name in WEIGHTS)
+    lines = ["| length | hidden | weights | " + " | ".join(f"{name}, e1" for name in WEIGHTS)
              + " | input gate, others | head | "
              + " | ".join(f"input gate's step, eps {eps}" for eps in epsilons) + " |",
-             "| ---: | --- | " + " | ".join("---:" for _ in range(len(WEIGHTS) + 2 + len(epsilons)))
+             "| ---: | ---: | --- | "
+             + " | ".join("---:" for _ in range(len(WEIGHTS) + 2 + len(epsilons)))
              + " |"]
-    for row in sorted(rows, key=lambda row: (row["length"], row["iterations"])):
+    for row in sorted(rows, key=lambda row: (row["hidden"], row["length"], row["iterations"])):
         gradients = row["gradients"]
         cells = [f"{gradients[name]['median']:.1e} ({gradients[name]['max']:.1e})"
                  for name in (*WEIGHTS, "input gate others", "head")]
@@ -121,7 +122,8 @@ def table(rows: list[dict]) -> str:
                      if eps in row["adam_step_fraction"] else "-" for eps in epsilons]
         weights = ("initial" if row["checkpoint"] is None
                    else f"{row['checkpoint']}, {row['iterations']:,} iterations")
-        lines.append(f"| {row['length']:,} | {weights} | " + " | ".join(cells + fractions) + " |")
+        lines.append(f"| {row['length']:,} | {row['hidden']} | {weights} | "
+                     + " | ".join(cells + fractions) + " |")
     return "\n".join(lines)
 
 

@@ -224,7 +224,7 @@ def test_first_step_gradients_shrink_with_the_length(tmp_path, capsys):
                                            "--device", "cpu", "--out", str(tmp_path)])
     assert [(row["length"], row["hidden"], row["iterations"]) for row in rows] == [(32, 4, 2)]
     assert set(rows[0]["weights"]) == {*long_dependency_gradients.WEIGHTS, "head"}
-    assert "| 32 | run.pt, 2 iterations |" in capsys.readouterr().out
+    assert "| 32 | 4 | run.pt, 2 iterations |" in capsys.readouterr().out
 
 
 # Inductor's own imports use a deprecated torch.jit decorator.
