@@ -90,7 +90,7 @@ def run(settings: dict, max_iterations: int, device: str, threads: int) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    """Markdown: a line per model, size and learning rate, a column per length."""
+    """Markdown: a line per model, size, learning rate and Adam's eps, a column per length."""
     lengths = sorted({row["length"] for row in rows})
     groups = _by_setting(sorted(rows, key=lambda row: row["seed"]))
     lines = ["| model | distractors | hidden | batch | learning rate | Adam eps | "
