@@ -42,8 +42,8 @@ SETTINGS = ("length", "hidden", "seed", "checkpoint", "iterations")
 
 
 def _weights(network: long_dependency.Classifier, hidden: int, grad: bool = True) -> dict:
-    """Each of ``WEIGHTS`` (``hidden`` rows, a column per input direction) in the first layer
-    of ``network``, or with ``grad`` its gradient."""
+    """The gradient of each of ``WEIGHTS`` (``hidden`` rows, a column per input direction) in
+    the first layer of ``network``, or without ``grad`` the weight itself."""
     layer = network.recurrent.layers[0]
     inputs, surrogate = layer.inputs.weight, layer.surrogate.linear.weight
     if grad:
