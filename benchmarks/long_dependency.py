@@ -19,8 +19,9 @@ sequence's first step (a harder problem).
 
 Writes ``results/long_dependency_<model>_<length>.json`` (settings, iterations,
 wall time, the learning curve, device and versions; ``..._all.json`` with
-``--distractors all``, ``..._eps1e-11.json`` with ``--adam-epsilon 1e-11``)
-and a PNG of the curve beside it.
+``--distractors all``, ``..._eps1e-09.json`` where Adam's eps is not torch's
+``1e-8``, as by default beyond 1,024 steps: see `scaled_epsilon`) and a PNG of
+the curve beside it.
 """
 
 from __future__ import annotations
@@ -156,7 +157,9 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
     up to the length); once they are below ``eps`` Adam moves those weights by
     that fraction of its step. An ``eps`` scaled as ``1e-8 * 1024 / length``
     keeps the ratio of 1,024 steps (`scaled_epsilon` to a decade; see
-    docs/long_dependency.md).
+    docs/long_dependency.md). The command line's default is `scaled_epsilon`;
+    this function's is torch's, which `long_dependency_scaling` keeps so as to
+    compare lengths at one ``eps``.
     """
     _check_distractors(distractors)  # before a checkpoint's settings are compared with it
     torch.manual_seed(seed)
@@ -282,13 +285,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--distractors", choices=DISTRACTORS, default="others",
                         help="draw the steps after the first from the directions other than "
                         "e1 (as problem 2b), or from all")
-    parser.add_argument("--adam-epsilon", type=float, default=ADAM_EPSILON,
+    parser.add_argument("--adam-epsilon", type=float, default=None,
                         help="Adam's eps; the first step's gradients shrink as 1 / length, "
-                        "and below eps Adam hardly moves the weights that read it: "
-                        f"{scaled_epsilon(2**20):g} at a million steps, {scaled_epsilon(8192):g} "
-                        f"at 8,192 (default {ADAM_EPSILON:g}, torch's)")
+                        "and below eps Adam hardly moves the weights that read it (default: "
+                        f"{ADAM_EPSILON:g}, torch's, up to 1,024 steps, a decade less per decade "
+                        f"of length beyond: {scaled_epsilon(8192):g} at 8,192, "
+                        f"{scaled_epsilon(2**20):g} at a million)")
     parser.add_argument("--out", type=Path, default=_common.RESULTS)
     args = parser.parse_args(argv)
+    if args.adam_epsilon is None:
+        args.adam_epsilon = scaled_epsilon(args.length)
     record = train(args.model, args.length, args.hidden, args.batch_size, args.learning_rate,
                    args.max_iterations, args.max_minutes, args.seed, args.device,
                    args.checkpoint, compiled=args.compile, distractors=args.distractors,

@@ -191,6 +191,16 @@ def test_scaled_epsilon_is_a_decade_less_per_decade_of_length():
     assert scaled(1024) == long_dependency.ADAM_EPSILON
 
 
+def test_command_line_scales_adam_epsilon_with_the_length(tmp_path):
+    arguments = ["--model", "lstm", "--length", "8192", "--hidden", "2", "--batch-size", "1",
+                 "--max-iterations", "1", "--device", "cpu", "--out", str(tmp_path)]
+    assert long_dependency.main(arguments)["adam_epsilon"] == 1e-9
+    assert json.loads((tmp_path / "long_dependency_lstm_8192_eps1e-09.json").read_text())[
+        "adam_epsilon"] == 1e-9
+    assert long_dependency.main([*arguments, "--adam-epsilon", "1e-8"])["adam_epsilon"] == 1e-8
+    assert (tmp_path / "long_dependency_lstm_8192.json").exists()
+
+
 def test_scaling_record_from_before_adam_epsilon(tmp_path, capsys):
     require("matplotlib")
     from benchmarks import long_dependency_scaling
