@@ -75,6 +75,15 @@ def scaled_epsilon(length: int) -> float:
     return 10.0 ** (-8 - round(math.log10(max(length, 1024) / 1024)))
 
 
+def run_name(model: str, length: int, distractors: str = "others",
+             adam_epsilon: float = ADAM_EPSILON) -> str:
+    """The stem of a run's files: its model and length, and its distractors and Adam's
+    ``eps`` where they are not the defaults (see the module doc)."""
+    name = f"long_dependency_{model}_{length}"
+    name += "" if distractors == "others" else f"_{distractors}"
+    return name + ("" if adam_epsilon == ADAM_EPSILON else f"_eps{adam_epsilon:g}")
+
+
 def chrono(size: int, length: int) -> torch.Tensor:
     """Gate biases ``log(u)``, ``u ~ U(1, length - 1)``: memories lasting up to ``length``
     steps from the start (Tallec & Ollivier 2018, "Can recurrent neural networks warp time?").
@@ -302,9 +311,7 @@ def main(argv: list[str] | None = None) -> dict:
     record["device"] = _common.torch_device_name(args.device)
     record["environment"] = {**_common.environment(), "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"long_dependency_{args.model}_{args.length}"
-    name += "" if args.distractors == "others" else f"_{args.distractors}"
-    name += "" if args.adam_epsilon == ADAM_EPSILON else f"_eps{args.adam_epsilon:g}"
+    name = run_name(args.model, args.length, args.distractors, args.adam_epsilon)
     (args.out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
     try:
         plot(record, args.out / f"{name}.png")
