@@ -196,7 +196,9 @@ def plot(rows: list[dict], path: Path) -> None:
         chosen = [row for row in rows if row["distractors"] == distractors]
         groups = _by_setting(chosen)
         for index, fit in enumerate(growth(chosen)):
+            # Ten colours, then the same ten dashed, then dotted: no two settings look alike.
             colour = f"C{index % 10}"
+            style = ("-", "--", ":")[index // 10 % 3]
             label = (f"{fit['model']}, rate {fit['learning_rate']:g}, batch {fit['batch_size']}"
                      f", hidden {fit['hidden']}"
                      + ("" if fit["adam_epsilon"] == long_dependency.ADAM_EPSILON
@@ -204,7 +206,8 @@ def plot(rows: list[dict], path: Path) -> None:
             points = [(length, mean) for length, mean in zip(fit["lengths"], fit["means"],
                                                              strict=True) if mean is not None]
             lengths, means = zip(*points, strict=True) if points else ((), ())
-            axis.plot(lengths, means, color=colour, marker="o", markersize=3, label=label)
+            axis.plot(lengths, means, color=colour, linestyle=style, marker="o", markersize=3,
+                      label=label)
             runs = [row for runs in groups[_group(fit)].values() for row in runs]
             for learned, marker in ((True, "."), (False, "^")):
                 lengths = [row["length"] for row in runs if row["converged"] == learned]
@@ -215,7 +218,8 @@ def plot(rows: list[dict], path: Path) -> None:
         axis.set_xlabel("length T (steps)")
         axis.set_ylabel("iterations to learn")
         axis.set_title(f"distractors: {distractors} (triangles: not learned when stopped)")
-        axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+        axis.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2,
+                    handlelength=4)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
