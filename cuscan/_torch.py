@@ -63,7 +63,10 @@ def from_array(array) -> torch.Tensor:
 def _on_device(tensor: torch.Tensor):
     """A context that makes CuPy run on ``tensor``'s device (as torch's operators do,
     whichever device is current), launch on torch's current stream for it and take its
-    memory from torch's caching allocator (`_torch_allocator`)."""
+    memory from torch's caching allocator (`_torch_allocator`). The outputs pass to torch
+    (`from_array`) inside it too: with CuPy's current stream other than torch's, CuPy's
+    ``__dlpack__`` would record an event on its own (null) stream for torch's to wait on,
+    which a CUDA graph capture on torch's stream forbids."""
     if tensor.device.type != "cuda":
         return contextlib.nullcontext()
     device = tensor.device.index
@@ -204,7 +207,7 @@ def _forward_impl(decays, impulses, initial_state, axis, reverse, method) -> tor
             to_array(decays), to_array(impulses),
             None if initial_state is None else to_array(initial_state),
             axis=axis, reverse=reverse, method=method, backend=_core(impulses))
-    return from_array(out)
+        return from_array(out)
 
 
 @torch.library.custom_op("cuscan::linear_recurrence", mutates_args=())
@@ -228,7 +231,8 @@ def _backward_impl(grad_output, decays, output, initial_state, axis, reverse):
             to_array(grad_output), to_array(decays), to_array(output),
             None if initial_state is None else to_array(initial_state),
             axis=axis, reverse=reverse, backend=_core(output))
-    grad_decays, grad_impulses, grad_state = (None if g is None else from_array(g) for g in grads)
+        grad_decays, grad_impulses, grad_state = (None if g is None else from_array(g)
+                                                  for g in grads)
     if grad_state is None:
         grad_state = grad_impulses.new_empty(_BACKWARD_STATE_ABSENT)
     return grad_decays, grad_impulses, grad_state

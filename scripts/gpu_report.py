@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks.table1 import device_description, table
 
 SANITIZERS = ("memcheck", "racecheck", "synccheck")
+MESSAGE_CHARACTERS = 300  # of a failed test's message in the report
 
 
 def suite_counts(root: ET.Element) -> dict[str, int]:
@@ -31,12 +32,20 @@ def suite_counts(root: ET.Element) -> dict[str, int]:
     return counts
 
 
-def failed_tests(root: ET.Element) -> list[str]:
-    names = []
+def failed_tests(root: ET.Element) -> dict[str, str]:
+    """Each failed or erroring test's name with the first line of its message (the
+    exception, as pytest gives it), cut to `MESSAGE_CHARACTERS`."""
+    found = {}
     for case in root.iter("testcase"):
-        if case.find("failure") is not None or case.find("error") is not None:
-            names.append(f"{case.get('classname')}::{case.get('name')}")
-    return names
+        problem = case.find("failure")
+        if problem is None:
+            problem = case.find("error")
+        if problem is not None:
+            message = (problem.get("message") or "").strip().split("\n")[0]
+            if len(message) > MESSAGE_CHARACTERS:
+                message = message[:MESSAGE_CHARACTERS - 3] + "..."
+            found[f"{case.get('classname')}::{case.get('name')}"] = message
+    return found
 
 
 def tail(path: Path, lines: int = 5) -> list[str]:
@@ -46,7 +55,9 @@ def tail(path: Path, lines: int = 5) -> list[str]:
 def suite_section(work: Path) -> dict | None:
     if (work / "suite.xml").exists():
         root = ET.parse(work / "suite.xml").getroot()
-        return {"finished": True, "counts": suite_counts(root), "failed": failed_tests(root)}
+        failed = failed_tests(root)
+        return {"finished": True, "counts": suite_counts(root), "failed": list(failed),
+                "messages": failed}
     if (work / "suite.log").exists():
         return {"finished": False, "log_tail": tail(work / "suite.log")}
     return None
@@ -91,7 +102,9 @@ def markdown(report: dict) -> str:
         lines.append(f"{counts['passed']} passed, {counts['failures'] + counts['errors']} "
                      f"failed, {counts['skipped']} skipped ({counts['tests']} collected)")
         if suite["failed"]:
-            lines += [""] + [f"- FAILED {name}" for name in suite["failed"]]
+            messages = suite.get("messages", {})  # absent from reports before they were kept
+            lines += [""] + [f"- FAILED {name}" + (f": {messages[name]}" if messages.get(name)
+                                                   else "") for name in suite["failed"]]
     lines += ["", "## compute-sanitizer", ""]
     sanitizers = report.get("sanitizers") or {}
     lines += [f"- {tool}: {summary}" for tool, summary in sanitizers.items()] or ["not run"]
