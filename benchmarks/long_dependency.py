@@ -137,6 +137,17 @@ def build(model: str, hidden: int, length: int, device, compiled: bool = False) 
     return network, (torch.compile(network, fullgraph=True) if compiled else network)
 
 
+def load(checkpoint: Path, device) -> tuple:
+    """The `Classifier` of a run's checkpoint, with its trained weights, on ``device``, and
+    the run's record (settings, iterations, learning curve) as saved with it."""
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    record = saved["record"]
+    record.setdefault("distractors", "all")  # runs from before the option drew from all
+    network = Classifier(record["model"], record["hidden"], record["length"]).to(device)
+    network.load_state_dict(saved["network"])
+    return network, record
+
+
 def step(forward, optimizer, inputs: torch.Tensor, labels: torch.Tensor) -> tuple:
     """One training iteration on a minibatch: the network (``forward``) on ``inputs``,
     backward, the optimizer's update; the loss and the accuracy, as floats."""

@@ -68,13 +68,13 @@ def measure(length: int, hidden: int = 64, sequences: int = 4, seed: int = 0,
         Adam's step a gradient of that size gets when it keeps its sign; and the largest
         magnitude of each weight's ``e1`` column and of the head (``"weights"``).
     """
-    torch.manual_seed(seed)  # the initialisation of ``long_dependency.train(seed=seed)``
-    network, _ = long_dependency.build("gilr-lstm", hidden, length, device)
     iterations = 0
-    if checkpoint is not None:
-        saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
-        network.load_state_dict(saved["network"])
-        iterations = saved["record"]["iterations"]
+    if checkpoint is None:
+        torch.manual_seed(seed)  # the initialisation of ``long_dependency.train(seed=seed)``
+        network, _ = long_dependency.build("gilr-lstm", hidden, length, device)
+    else:
+        network, record = long_dependency.load(checkpoint, device)
+        iterations = record["iterations"]
     generator = torch.Generator(device).manual_seed(seed)
     samples: dict[str, list] = {}
     for _ in range(sequences):

@@ -34,12 +34,52 @@ def test_unknown_distractors_are_refused():
                               distractors="some")
 
 
-def test_gilr_lstm_learns_at_length_64():
+def test_gilr_lstm_learns_at_length_64(tmp_path, capsys):
+    from benchmarks import long_dependency_held_out
+
+    checkpoint = tmp_path / "run.pt"
     record = long_dependency.train("gilr-lstm", length=64, hidden=16, batch_size=16,
-                                   learning_rate=1e-2, max_iterations=1000, progress=False)
+                                   learning_rate=1e-2, max_iterations=1000, progress=False,
+                                   checkpoint=checkpoint)
     assert record["converged"], record["curve"][-10:]
     assert record["streak"] == long_dependency.CONVERGED_AFTER
     assert [row[2] for row in record["curve"][-5:]] == [1.0] * 5
+    # What it learned holds on sequences it was not trained on.
+    row = long_dependency_held_out.main(["--checkpoint", str(checkpoint), "--sequences", "40",
+                                         "--batch-size", "16", "--device", "cpu",
+                                         "--out", str(tmp_path)])
+    assert (row["length"], row["iterations"], row["sequences"]) == (64, record["iterations"], 40)
+    assert row["held_out_seed"] == record["seed"] + long_dependency_held_out.SEED_OFFSET
+    assert row["correct"] >= 36
+    assert row["accuracy"] == row["correct"] / 40
+    assert row["margin"]["min"] <= row["margin"]["median"]
+    assert (row["margin"]["min"] > 0) == (row["correct"] == 40)  # a margin < 0 is a mistake
+    assert row["cross_entropy"] < 0.5
+    assert "of 40 held-out sequences right" in capsys.readouterr().out
+
+
+def test_held_out_record_keeps_one_row_per_setting(tmp_path):
+    from benchmarks import long_dependency_held_out
+
+    checkpoint = tmp_path / "run.pt"
+    long_dependency.train(length=32, hidden=4, batch_size=4, max_iterations=2,
+                          checkpoint=checkpoint, progress=False)
+    arguments = ["--checkpoint", str(checkpoint), "--sequences", "3", "--batch-size", "2",
+                 "--device", "cpu", "--out", str(tmp_path)]
+    first = long_dependency_held_out.main(arguments)
+    again = long_dependency_held_out.main(arguments)
+    other = long_dependency_held_out.main([*arguments, "--seed", "7"])
+    assert first["correct"] == again["correct"]
+    assert first["margin"] == again["margin"]
+    assert 0 <= first["correct"] <= 3
+    assert other["held_out_seed"] == 7
+    runs = json.loads((tmp_path / "long_dependency_held_out_cpu.json").read_text())["runs"]
+    assert [run["held_out_seed"] for run in runs] == [long_dependency_held_out.SEED_OFFSET, 7]
+    assert all(run["iterations"] == 2 and run["sequences"] == 3 for run in runs)
+    with pytest.raises(SystemExit):
+        long_dependency_held_out.main([*arguments[:2], "--sequences", "0"])
+    with pytest.raises(SystemExit):
+        long_dependency_held_out.main(["--checkpoint", str(tmp_path / "missing.pt")])
 
 
 def test_interrupted_run_resumes(tmp_path):

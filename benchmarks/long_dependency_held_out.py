@@ -1,0 +1,135 @@
+"""A long-dependency run's checkpoint on sequences it was not trained on.
+
+A run stops at its first five consecutive minibatches classified without
+error (`long_dependency.train`), which at long lengths can come while its
+cross-entropy is still near chance (``log 2``): the network has the sign, but
+by a small margin. This draws fresh sequences of the run's length and
+distractors, from a generator of another seed than the run's, classifies them
+with the checkpoint's network (no gradients) and reports how many it got
+right, the mean cross-entropy and the margins: each sequence's logit times
+its sign, positive when it is right.
+
+    python -m benchmarks.long_dependency_held_out \\
+        --checkpoint benchmarks/results/long_dependency_gilr-lstm_1048576_eps1e-11.pt \\
+        --sequences 64
+
+Each evaluation is added to ``results/long_dependency_held_out_<device>.json``,
+replacing one of the same checkpoint, iterations, sequences and seed. On a CPU
+a million steps take about 3 GB and 20 s a sequence.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from benchmarks import _common, long_dependency
+
+SEED_OFFSET = 1_000_000  # the held-out seed's default: the run's seed plus this
+SETTINGS = ("checkpoint", "iterations", "sequences", "held_out_seed")
+
+
+def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | None = None,
+             device: str = "cpu", progress: bool = True) -> dict:
+    """The network of ``checkpoint`` on ``sequences`` fresh sequences (see the module doc).
+
+    Parameters
+    ----------
+    checkpoint : Path
+        A checkpoint of `long_dependency.train`; the sequences take its run's length and
+        distractors.
+    sequences : int
+        How many sequences to classify, drawn ``batch_size`` at a time.
+    seed : int, optional
+        The seed of the sequences' generator; by default the run's plus `SEED_OFFSET`, so
+        that they are not the minibatches the run trained on.
+
+    Returns
+    -------
+    dict
+        The run's settings and iterations, ``sequences``, ``held_out_seed`` (the sequences'
+        generator's), ``correct`` (how many
+        were classified right), ``accuracy``, ``cross_entropy`` (the mean) and ``margin``
+        (the minimum, median and mean of the logit times the sign), and ``wall_time_s``.
+    """
+    if sequences < 1 or batch_size < 1:
+        raise ValueError(f"`sequences` and `batch_size` must be at least 1; got {sequences} "
+                         f"and {batch_size}")
+    network, run = long_dependency.load(checkpoint, device)
+    held_out_seed = run["seed"] + SEED_OFFSET if seed is None else seed
+    generator = torch.Generator(device).manual_seed(held_out_seed)
+    losses, margins = [], []
+    start = time.perf_counter()
+    with torch.no_grad():
+        for first in range(0, sequences, batch_size):
+            inputs, labels = long_dependency.batch(run["length"], min(batch_size,
+                                                                      sequences - first),
+                                                   generator, device, run["distractors"])
+            logits = network(inputs)
+            del inputs  # a million steps of one-hot inputs take 0.5 GB a sequence
+            losses.append(torch.nn.functional.binary_cross_entropy_with_logits(
+                logits, labels, reduction="none").double().cpu())
+            margins.append((logits * (2 * labels - 1)).double().cpu())
+            if progress:
+                right = int((torch.cat(margins) > 0).sum())
+                print(f"\r{first + len(labels)}/{sequences} sequences, {right} right, "
+                      f"{time.perf_counter() - start:.0f} s", end="", file=sys.stderr,
+                      flush=True)
+    if progress:
+        print(file=sys.stderr)
+    losses, margins = torch.cat(losses).numpy(), torch.cat(margins).numpy()
+    correct = int((margins > 0).sum())
+    return {"checkpoint": Path(checkpoint).name,
+            **{name: run[name] for name in ("model", "length", "hidden", "batch_size",
+                                            "learning_rate", "seed", "distractors")},
+            "adam_epsilon": run.get("adam_epsilon", long_dependency.ADAM_EPSILON),
+            "iterations": run["iterations"], "converged": run["converged"],
+            "sequences": sequences, "held_out_seed": held_out_seed, "correct": correct,
+            "accuracy": correct / sequences, "cross_entropy": float(losses.mean()),
+            "margin": {"min": float(margins.min()), "median": float(np.median(margins)),
+                       "mean": float(margins.mean())},
+            "wall_time_s": time.perf_counter() - start}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--checkpoint", type=Path, required=True)
+    parser.add_argument("--sequences", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=1,
+                        help="sequences a forward pass (memory grows with it)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help=f"the sequences' seed (default: the run's plus {SEED_OFFSET:,})")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", type=Path, default=_common.RESULTS)
+    args = parser.parse_args(argv)
+    for name in ("sequences", "batch_size"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1; "
+                         f"got {getattr(args, name)}")
+    if not args.checkpoint.exists():
+        parser.error(f"--checkpoint {args.checkpoint} does not exist")
+    row = evaluate(args.checkpoint, args.sequences, args.batch_size, args.seed, args.device)
+    row["device"] = _common.torch_device_name(args.device)
+    row["environment"] = {**_common.environment(), "torch": torch.__version__}
+    path = args.out / (f"long_dependency_held_out_"
+                       f"{row['device'].replace(' ', '-')}.json")
+    saved = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    saved["runs"] = _common.replaced(saved["runs"], row, SETTINGS)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(saved, indent=1) + "\n")
+    margin = row["margin"]
+    print(f"{row['checkpoint']} ({row['iterations']:,} iterations): {row['correct']} of "
+          f"{row['sequences']} held-out sequences right, cross-entropy "
+          f"{row['cross_entropy']:.4f}, margin min {margin['min']:.3g}, median "
+          f"{margin['median']:.3g}")
+    return row
+
+
+if __name__ == "__main__":
+    main()
