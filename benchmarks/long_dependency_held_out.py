@@ -6,8 +6,10 @@ cross-entropy is still near chance (``log 2``): the network has the sign, but
 by a small margin. This draws fresh sequences of the run's length and
 distractors, from a generator of another seed than the run's, classifies them
 with the checkpoint's network (no gradients) and reports how many it got
-right, the mean cross-entropy and the margins: each sequence's logit times
-its sign, positive when it is right.
+right, the mean cross-entropy, the margins (each sequence's logit times its
+sign, positive when it is right), each class's logits and how well they rank
+the classes: a network can order them without error and still put its
+threshold elsewhere than at zero.
 
     python -m benchmarks.long_dependency_held_out \\
         --checkpoint benchmarks/results/long_dependency_gilr-lstm_1048576_eps1e-11.pt \\
@@ -35,6 +37,18 @@ SEED_OFFSET = 1_000_000  # the held-out seed's default: the run's seed plus this
 SETTINGS = ("checkpoint", "iterations", "sequences", "held_out_seed")
 
 
+def ranked(positive: np.ndarray, negative: np.ndarray) -> float | None:
+    """The fraction of pairs of a positive and a negative sequence whose logits are in order
+    (the positive's higher; ties count half): the area under the ROC curve, 1 where a
+    threshold separates the classes, whether or not it is the logit's zero. None without
+    both classes."""
+    if not positive.size or not negative.size:
+        return None
+    above = (positive[:, None] > negative[None, :]).sum()
+    ties = (positive[:, None] == negative[None, :]).sum()
+    return float((above + ties / 2) / (positive.size * negative.size))
+
+
 def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | None = None,
              device: str = "cpu", progress: bool = True) -> dict:
     """The network of ``checkpoint`` on ``sequences`` fresh sequences (see the module doc).
@@ -56,7 +70,8 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
         The run's settings and iterations, ``sequences``, ``held_out_seed`` (the sequences'
         generator's), ``correct`` (how many
         were classified right), ``accuracy``, ``cross_entropy`` (the mean) and ``margin``
-        (the minimum, median and mean of the logit times the sign), and ``wall_time_s``.
+        (the minimum, median and mean of the logit times the sign), ``ranked`` (`ranked`)
+        and the ``logits`` of each class (count, min, mean, max), and ``wall_time_s``.
     """
     if sequences < 1 or batch_size < 1:
         raise ValueError(f"`sequences` and `batch_size` must be at least 1; got {sequences} "
@@ -64,7 +79,7 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
     network, run = long_dependency.load(checkpoint, device)
     held_out_seed = run["seed"] + SEED_OFFSET if seed is None else seed
     generator = torch.Generator(device).manual_seed(held_out_seed)
-    losses, margins = [], []
+    losses, margins, signs = [], [], []
     start = time.perf_counter()
     with torch.no_grad():
         for first in range(0, sequences, batch_size):
@@ -76,6 +91,7 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
             losses.append(torch.nn.functional.binary_cross_entropy_with_logits(
                 logits, labels, reduction="none").double().cpu())
             margins.append((logits * (2 * labels - 1)).double().cpu())
+            signs.append(labels.cpu().numpy())
             if progress:
                 right = int((torch.cat(margins) > 0).sum())
                 print(f"\r{first + len(labels)}/{sequences} sequences, {right} right, "
@@ -84,6 +100,8 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
     if progress:
         print(file=sys.stderr)
     losses, margins = torch.cat(losses).numpy(), torch.cat(margins).numpy()
+    labels = np.concatenate(signs)
+    logits = np.where(labels > 0, margins, -margins)
     correct = int((margins > 0).sum())
     return {"checkpoint": Path(checkpoint).name,
             **{name: run[name] for name in ("model", "length", "hidden", "batch_size",
@@ -94,6 +112,12 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
             "accuracy": correct / sequences, "cross_entropy": float(losses.mean()),
             "margin": {"min": float(margins.min()), "median": float(np.median(margins)),
                        "mean": float(margins.mean())},
+            "ranked": ranked(logits[labels > 0], logits[labels == 0]),
+            "logits": {name: {"count": int(part.size),
+                              **({"min": float(part.min()), "mean": float(part.mean()),
+                                  "max": float(part.max())} if part.size else {})}
+                       for name, part in (("positive", logits[labels > 0]),
+                                          ("negative", logits[labels == 0]))},
             "wall_time_s": time.perf_counter() - start}
 
 
@@ -127,7 +151,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{row['checkpoint']} ({row['iterations']:,} iterations): {row['correct']} of "
           f"{row['sequences']} held-out sequences right, cross-entropy "
           f"{row['cross_entropy']:.4f}, margin min {margin['min']:.3g}, median "
-          f"{margin['median']:.3g}")
+          f"{margin['median']:.3g}; classes ranked {row['ranked']}")
     return row
 
 

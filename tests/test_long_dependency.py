@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from tests.conftest import require
@@ -55,7 +56,19 @@ def test_gilr_lstm_learns_at_length_64(tmp_path, capsys):
     assert row["margin"]["min"] <= row["margin"]["median"]
     assert (row["margin"]["min"] > 0) == (row["correct"] == 40)  # a margin < 0 is a mistake
     assert row["cross_entropy"] < 0.5
+    assert row["ranked"] >= 0.9
+    assert row["logits"]["positive"]["count"] + row["logits"]["negative"]["count"] == 40
+    assert row["logits"]["positive"]["mean"] > row["logits"]["negative"]["mean"]
     assert "of 40 held-out sequences right" in capsys.readouterr().out
+
+
+def test_held_out_ranking_is_the_area_under_the_roc_curve():
+    from benchmarks import long_dependency_held_out
+
+    ranked = long_dependency_held_out.ranked
+    assert ranked(np.array([1.0, 2.0]), np.array([0.0, 1.0])) == 0.875  # a tie counts half
+    assert ranked(np.array([-0.1]), np.array([-0.2, -0.3])) == 1.0  # below zero, yet in order
+    assert ranked(np.array([1.0]), np.array([])) is None
 
 
 def test_held_out_record_keeps_one_row_per_setting(tmp_path):
