@@ -11,13 +11,17 @@ sign, positive when it is right), each class's logits and how well they rank
 the classes: a network can order them without error and still put its
 threshold elsewhere than at zero.
 
+A checkpoint holds the weights after the run's last update; with
+``--before-last-update`` Adam's last step is taken back first, which gives the
+network as it classified the minibatch that ended the run.
+
     python -m benchmarks.long_dependency_held_out \\
         --checkpoint benchmarks/results/long_dependency_gilr-lstm_1048576_eps1e-11.pt \\
-        --sequences 64
+        --sequences 64 [--before-last-update]
 
 Each evaluation is added to ``results/long_dependency_held_out_<device>.json``,
-replacing one of the same checkpoint, iterations, sequences and seed. On a CPU
-a million steps take about 3 GB and 20 s a sequence.
+replacing one of the same checkpoint, iterations, weights, sequences and seed.
+On a CPU a million steps take about 3 GB and 20 s a sequence.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import torch
 from benchmarks import _common, long_dependency
 
 SEED_OFFSET = 1_000_000  # the held-out seed's default: the run's seed plus this
-SETTINGS = ("checkpoint", "iterations", "sequences", "held_out_seed")
+SETTINGS = ("checkpoint", "iterations", "weights", "sequences", "held_out_seed")
 
 
 def ranked(positive: np.ndarray, negative: np.ndarray) -> float | None:
@@ -49,8 +53,29 @@ def ranked(positive: np.ndarray, negative: np.ndarray) -> float | None:
     return float((above + ties / 2) / (positive.size * negative.size))
 
 
+def undo_last_step(network: torch.nn.Module, optimizer: dict) -> None:
+    """Take back the last update of Adam (``optimizer``, its state dict, as a checkpoint
+    holds it, with ``network``'s parameters in order) from ``network``'s weights: the
+    network as it classified the run's last minibatch. Adam's state keeps the moments
+    that update used, so the step ``lr * m_hat / (sqrt(v_hat) + eps)`` is known."""
+    parameters = list(network.parameters())
+    for group in optimizer["param_groups"]:
+        if group.get("weight_decay", 0) or group.get("amsgrad") or group.get("maximize"):
+            raise ValueError("only plain Adam's last step can be taken back (no weight decay, "
+                             f"amsgrad or maximize); the checkpoint's has {group}")
+        beta1, beta2 = group["betas"]
+        with torch.no_grad():
+            for index in group["params"]:
+                state = optimizer["state"][index]
+                step = float(state["step"])
+                corrected = (state["exp_avg"] / (1 - beta1 ** step)).to(parameters[index])
+                scale = (state["exp_avg_sq"] / (1 - beta2 ** step)).to(parameters[index])
+                parameters[index].add_(group["lr"] * corrected / (scale.sqrt() + group["eps"]))
+
+
 def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | None = None,
-             device: str = "cpu", progress: bool = True) -> dict:
+             device: str = "cpu", progress: bool = True,
+             before_last_update: bool = False) -> dict:
     """The network of ``checkpoint`` on ``sequences`` fresh sequences (see the module doc).
 
     Parameters
@@ -63,6 +88,10 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
     seed : int, optional
         The seed of the sequences' generator; by default the run's plus `SEED_OFFSET`, so
         that they are not the minibatches the run trained on.
+    before_last_update : bool, default False
+        Classify with the weights before the run's last update (`undo_last_step`): as
+        the network was when it classified its last minibatch, the one that ended a
+        converged run. The checkpoint holds the weights after it.
 
     Returns
     -------
@@ -77,6 +106,9 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
         raise ValueError(f"`sequences` and `batch_size` must be at least 1; got {sequences} "
                          f"and {batch_size}")
     network, run = long_dependency.load(checkpoint, device)
+    if before_last_update:
+        undo_last_step(network, torch.load(checkpoint, map_location="cpu",
+                                           weights_only=False)["optimizer"])
     held_out_seed = run["seed"] + SEED_OFFSET if seed is None else seed
     generator = torch.Generator(device).manual_seed(held_out_seed)
     losses, margins, signs = [], [], []
@@ -108,6 +140,7 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
                                             "learning_rate", "seed", "distractors")},
             "adam_epsilon": run.get("adam_epsilon", long_dependency.ADAM_EPSILON),
             "iterations": run["iterations"], "converged": run["converged"],
+            "weights": "before the last update" if before_last_update else "as saved",
             "sequences": sequences, "held_out_seed": held_out_seed, "correct": correct,
             "accuracy": correct / sequences, "cross_entropy": float(losses.mean()),
             "margin": {"min": float(margins.min()), "median": float(np.median(margins)),
@@ -129,6 +162,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="sequences a forward pass (memory grows with it)")
     parser.add_argument("--seed", type=int, default=None,
                         help=f"the sequences' seed (default: the run's plus {SEED_OFFSET:,})")
+    parser.add_argument("--before-last-update", action="store_true",
+                        help="take the run's last Adam step back from the weights first")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, default=_common.RESULTS)
     args = parser.parse_args(argv)
@@ -138,17 +173,21 @@ def main(argv: list[str] | None = None) -> dict:
                          f"got {getattr(args, name)}")
     if not args.checkpoint.exists():
         parser.error(f"--checkpoint {args.checkpoint} does not exist")
-    row = evaluate(args.checkpoint, args.sequences, args.batch_size, args.seed, args.device)
+    row = evaluate(args.checkpoint, args.sequences, args.batch_size, args.seed, args.device,
+                   before_last_update=args.before_last_update)
     row["device"] = _common.torch_device_name(args.device)
     row["environment"] = {**_common.environment(), "torch": torch.__version__}
     path = args.out / (f"long_dependency_held_out_"
                        f"{row['device'].replace(' ', '-')}.json")
     saved = json.loads(path.read_text()) if path.exists() else {"runs": []}
+    for old in saved["runs"]:
+        old.setdefault("weights", "as saved")  # rows from before the option
     saved["runs"] = _common.replaced(saved["runs"], row, SETTINGS)
     args.out.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(saved, indent=1) + "\n")
     margin = row["margin"]
-    print(f"{row['checkpoint']} ({row['iterations']:,} iterations): {row['correct']} of "
+    print(f"{row['checkpoint']} ({row['iterations']:,} iterations, weights "
+          f"{row['weights']}): {row['correct']} of "
           f"{row['sequences']} held-out sequences right, cross-entropy "
           f"{row['cross_entropy']:.4f}, margin min {margin['min']:.3g}, median "
           f"{margin['median']:.3g}; classes ranked {row['ranked']}")

@@ -71,6 +71,34 @@ def test_held_out_ranking_is_the_area_under_the_roc_curve():
     assert ranked(np.array([1.0]), np.array([])) is None
 
 
+def test_held_out_takes_back_the_last_update(tmp_path):
+    """``before_last_update`` gives the weights of the iteration before the checkpoint's."""
+    import shutil
+
+    from benchmarks import long_dependency_held_out
+
+    checkpoint = tmp_path / "run.pt"
+    settings = {"length": 32, "hidden": 4, "batch_size": 4, "learning_rate": 1e-2,
+                "checkpoint": checkpoint, "checkpoint_every": 1, "progress": False}
+    long_dependency.train(max_iterations=3, **settings)
+    shutil.copy(checkpoint, tmp_path / "three.pt")
+    long_dependency.train(max_iterations=4, **settings)
+    three, _ = long_dependency.load(tmp_path / "three.pt", "cpu")
+    four, record = long_dependency.load(checkpoint, "cpu")
+    assert record["iterations"] == 4
+    moved = max(float((a - b).detach().abs().max()) for a, b in zip(four.parameters(),
+                                                            three.parameters(), strict=True))
+    long_dependency_held_out.undo_last_step(
+        four, torch.load(checkpoint, weights_only=False)["optimizer"])
+    for back, before in zip(four.parameters(), three.parameters(), strict=True):
+        torch.testing.assert_close(back, before, rtol=0, atol=moved * 1e-4)
+    row = long_dependency_held_out.evaluate(checkpoint, 2, before_last_update=True,
+                                            progress=False)
+    assert row["weights"] == "before the last update"
+    assert long_dependency_held_out.evaluate(checkpoint, 2, progress=False)["weights"] == \
+        "as saved"
+
+
 def test_held_out_record_keeps_one_row_per_setting(tmp_path):
     from benchmarks import long_dependency_held_out
 
@@ -88,6 +116,9 @@ def test_held_out_record_keeps_one_row_per_setting(tmp_path):
     assert other["held_out_seed"] == 7
     runs = json.loads((tmp_path / "long_dependency_held_out_cpu.json").read_text())["runs"]
     assert [run["held_out_seed"] for run in runs] == [long_dependency_held_out.SEED_OFFSET, 7]
+    long_dependency_held_out.main([*arguments, "--before-last-update"])
+    runs = json.loads((tmp_path / "long_dependency_held_out_cpu.json").read_text())["runs"]
+    assert [run["weights"] for run in runs] == ["as saved"] * 2 + ["before the last update"]
     assert all(run["iterations"] == 2 and run["sequences"] == 3 for run in runs)
     with pytest.raises(SystemExit):
         long_dependency_held_out.main([*arguments[:2], "--sequences", "0"])
