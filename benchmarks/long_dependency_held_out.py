@@ -96,11 +96,12 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
     Returns
     -------
     dict
-        The run's settings and iterations, ``sequences``, ``held_out_seed`` (the sequences'
-        generator's), ``correct`` (how many
-        were classified right), ``accuracy``, ``cross_entropy`` (the mean) and ``margin``
-        (the minimum, median and mean of the logit times the sign), ``ranked`` (`ranked`)
-        and the ``logits`` of each class (count, min, mean, max), and ``wall_time_s``.
+        The run's settings and iterations, ``weights`` ("as saved" or "before the last
+        update"), ``sequences``, ``held_out_seed`` (the sequences' generator's), ``correct``
+        (how many were classified right), ``accuracy``, ``cross_entropy`` (the mean),
+        ``margin`` (the minimum, median and mean of the logit times the sign), ``ranked``
+        (`ranked`), the ``logits`` of each class (count, min, mean, max) and
+        ``wall_time_s``.
     """
     if sequences < 1 or batch_size < 1:
         raise ValueError(f"`sequences` and `batch_size` must be at least 1; got {sequences} "
