@@ -112,7 +112,7 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
                                            weights_only=False)["optimizer"])
     held_out_seed = run["seed"] + SEED_OFFSET if seed is None else seed
     generator = torch.Generator(device).manual_seed(held_out_seed)
-    losses, margins, signs = [], [], []
+    outputs, signs, right = [], [], 0
     start = time.perf_counter()
     with torch.no_grad():
         for first in range(0, sequences, batch_size):
@@ -121,20 +121,17 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
                                                    generator, device, run["distractors"])
             logits = network(inputs)
             del inputs  # a million steps of one-hot inputs take 0.5 GB a sequence
-            losses.append(torch.nn.functional.binary_cross_entropy_with_logits(
-                logits, labels, reduction="none").double().cpu())
-            margins.append((logits * (2 * labels - 1)).double().cpu())
-            signs.append(labels.cpu().numpy())
+            outputs.append(logits.double().cpu().numpy())
+            signs.append(labels.cpu().numpy() > 0)
+            right += int(((outputs[-1] > 0) == signs[-1]).sum())
             if progress:
-                right = int((torch.cat(margins) > 0).sum())
                 print(f"\r{first + len(labels)}/{sequences} sequences, {right} right, "
                       f"{time.perf_counter() - start:.0f} s", end="", file=sys.stderr,
                       flush=True)
     if progress:
         print(file=sys.stderr)
-    losses, margins = torch.cat(losses).numpy(), torch.cat(margins).numpy()
-    labels = np.concatenate(signs)
-    logits = np.where(labels > 0, margins, -margins)
+    logits, positive = np.concatenate(outputs), np.concatenate(signs)
+    margins = np.where(positive, logits, -logits)
     correct = int((margins > 0).sum())
     return {"checkpoint": Path(checkpoint).name,
             **{name: run[name] for name in ("model", "length", "hidden", "batch_size",
@@ -143,15 +140,16 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
             "iterations": run["iterations"], "converged": run["converged"],
             "weights": "before the last update" if before_last_update else "as saved",
             "sequences": sequences, "held_out_seed": held_out_seed, "correct": correct,
-            "accuracy": correct / sequences, "cross_entropy": float(losses.mean()),
+            "accuracy": correct / sequences,
+            "cross_entropy": float(np.logaddexp(0, -margins).mean()),  # -log sigmoid(margin)
             "margin": {"min": float(margins.min()), "median": float(np.median(margins)),
                        "mean": float(margins.mean())},
-            "ranked": ranked(logits[labels > 0], logits[labels == 0]),
+            "ranked": ranked(logits[positive], logits[~positive]),
             "logits": {name: {"count": int(part.size),
                               **({"min": float(part.min()), "mean": float(part.mean()),
                                   "max": float(part.max())} if part.size else {})}
-                       for name, part in (("positive", logits[labels > 0]),
-                                          ("negative", logits[labels == 0]))},
+                       for name, part in (("positive", logits[positive]),
+                                          ("negative", logits[~positive]))},
             "wall_time_s": time.perf_counter() - start}
 
 
