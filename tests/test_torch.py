@@ -123,8 +123,11 @@ def test_cuda_graph_capture(cuda):
     grad_output = torch.empty(2, 5000, device=cuda)
 
     def step():
+        # h is handed back detached, so that no autograd graph outlives its pass: a kept
+        # graph would hold the leaf's gradient node, made on the capture's stream, and torch
+        # warns when a later pass on another stream feeds it
         h = cuscan.linear_recurrence(decays, impulses, axis=-1, method="parallel")
-        return h, *torch.autograd.grad(h, impulses, grad_output)
+        return h.detach(), *torch.autograd.grad(h, impulses, grad_output)
 
     def draw():
         with torch.no_grad():
