@@ -19,9 +19,11 @@ per iteration are those of a shared machine.
 A second table fits how the iterations grow: per model, size and learning rate,
 the mean of the runs that learned at each length (with how many of how many
 learned), and two extrapolations to ``--extrapolate-to`` steps (a million by
-default): by a least-squares fit of the means' logarithms against the length's
-(a constant factor per doubling of the length), and by a least-squares line
-against the length's logarithm (a constant count per doubling). A plot of every
+default), fitted to the means from ``--fit-from`` steps on (1,024 by default;
+the iterations grow faster below): by a least-squares fit of the means'
+logarithms against the length's (a constant factor per doubling of the
+length), and by a least-squares line against the length's logarithm (a
+constant count per doubling). A plot of every
 run is written beside the record, as a PNG. ``--report`` prints the tables and
 writes the plot from the record alone, running nothing:
 
@@ -107,7 +109,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def growth(rows: list[dict], to_length: int = 2**20) -> list[dict]:
+def growth(rows: list[dict], to_length: int = 2**20, fit_from: int = 1) -> list[dict]:
     """How the iterations grow with the length, per model, size and learning rate.
 
     Parameters
@@ -116,14 +118,16 @@ def growth(rows: list[dict], to_length: int = 2**20) -> list[dict]:
         Runs of the record.
     to_length : int
         The length to extrapolate to.
+    fit_from : int
+        The shortest length the fits use; the means are given at every length.
 
     Returns
     -------
     list of dict
         Per group (``GROUP``'s settings): ``lengths``, the ``means`` of the
         iterations of the runs that learned at each, how many ``learned`` of how
-        many ``runs``; and, where at least two lengths have runs that learned,
-        ``factor`` (the iterations' growth per doubling of the length, from a
+        many ``runs``; and, where at least two lengths from ``fit_from`` on have
+        runs that learned, ``factor`` (the iterations' growth per doubling of the length, from a
         least-squares fit of their logarithms) with its extrapolation
         ``at_length_by_factor``, and ``count`` (iterations added per doubling, from
         a least-squares line against the length's logarithm) with
@@ -141,7 +145,8 @@ def growth(rows: list[dict], to_length: int = 2**20) -> list[dict]:
             fit["learned"].append(len(learned))
             fit["runs"].append(len(runs))
         points = [(np.log2(length), mean) for length, mean in zip(fit["lengths"], fit["means"],
-                                                                  strict=True) if mean is not None]
+                                                                  strict=True)
+                  if mean is not None and length >= fit_from]
         if len(points) >= 2:
             doublings, means = np.array(points).T
             slope, intercept = np.polyfit(doublings, np.log(means), 1)
@@ -154,10 +159,12 @@ def growth(rows: list[dict], to_length: int = 2**20) -> list[dict]:
     return fits
 
 
-def growth_table(fits: list[dict], to_length: int) -> str:
-    """Markdown: a line per group, its means per length and its two extrapolations."""
+def growth_table(fits: list[dict], to_length: int, fit_from: int = 1) -> str:
+    """Markdown: a line per group, its means per length and its two extrapolations
+    (fitted from ``fit_from`` steps on)."""
+    since = f" (from T = {fit_from:,})" if fit_from > 1 else ""
     lines = ["| model | distractors | hidden | batch | learning rate | Adam eps | mean iterations "
-             "of those that learned (learned of runs), per length | per doubling | "
+             f"of those that learned (learned of runs), per length | per doubling{since} | "
              f"at T = {to_length:,} |",
              "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
     for fit in fits:
@@ -244,20 +251,25 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--out", type=Path, default=_common.RESULTS)
     parser.add_argument("--extrapolate-to", type=int, default=2**20,
                         help="the length the growth table extrapolates to")
+    parser.add_argument("--fit-from", type=int, default=1024,
+                        help="the shortest length the growth table's fits use (below 1,024 "
+                             "steps the iterations grow faster than beyond)")
     parser.add_argument("--report", action="store_true",
                         help="run nothing: print the tables and write the plot from the record")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1; got {args.jobs}")
-    if args.extrapolate_to < 1:
-        parser.error(f"--extrapolate-to must be at least 1; got {args.extrapolate_to}")
+    for name in ("extrapolate_to", "fit_from"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1; "
+                         f"got {getattr(args, name)}")
     device_name = _common.torch_device_name(args.device)
     path = args.out / f"long_dependency_scaling_{device_name.replace(' ', '-')}.json"
     if args.report and not path.exists():
         parser.error(f"--report needs a record; {path} does not exist")
     saved = _load(path) if path.exists() else {"runs": []}
     if args.report:
-        report(saved["runs"], path, args.extrapolate_to)
+        report(saved["runs"], path, args.extrapolate_to, args.fit_from)
         return saved["runs"]
     # Runs that settle their settings: converged, or stopped at this limit or a higher one.
     done = {_key(row) for row in saved["runs"]
@@ -286,15 +298,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
                   f"{status} after {row['iterations']} iterations ({row['wall_time_s']} s)",
                   flush=True)
     if saved["runs"]:
-        report(saved["runs"], path, args.extrapolate_to)
+        report(saved["runs"], path, args.extrapolate_to, args.fit_from)
     return saved["runs"]
 
 
-def report(rows: list[dict], path: Path, to_length: int) -> None:
+def report(rows: list[dict], path: Path, to_length: int, fit_from: int = 1) -> None:
     """Print the runs' table and the growth table; plot the runs beside the record."""
     print(table(rows))
     print()
-    print(growth_table(growth(rows, to_length), to_length))
+    print(growth_table(growth(rows, to_length, fit_from), to_length, fit_from))
     try:
         plot(rows, path.with_suffix(".png"))
     except ImportError:

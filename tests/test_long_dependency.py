@@ -207,6 +207,18 @@ def test_scaling_growth_fits_factor_and_count():
             "1.50 times, or +6" in table)
     assert "| 12,975, or 846 |" in table
     assert "| 0.001 | 1e-08 | 64: 300 (1 of 1), 128: - (0 of 1) | - | - |" in table
+    # Fitted from 512 steps on: the means at every length, the fits from 150 and 225 alone.
+    rows[0]["iterations"] = 10  # moves the mean at 256 steps, outside the fit
+    fits = {fit["learning_rate"]: fit
+            for fit in long_dependency_scaling.growth(rows, 2**20, fit_from=512)}
+    assert fits[3e-3]["means"] == [60, 150, 225]
+    assert fits[3e-3]["factor"] == pytest.approx(1.5)
+    assert fits[3e-3]["count"] == pytest.approx(75)
+    assert {"factor", "count"}.isdisjoint(fits[1e-2])  # 16 to 128 steps: nothing to fit
+    table = long_dependency_scaling.growth_table(list(fits.values()), 2**20, 512)
+    assert "| per doubling (from T = 512) |" in table
+    assert ("256: 60 (2 of 2), 512: 150 (1 of 2), 1,024: 225 (1 of 1) | 1.50 times, or +75 |"
+            in table)
 
 
 def test_scaling_report_runs_nothing(tmp_path, capsys):
@@ -222,7 +234,14 @@ def test_scaling_report_runs_nothing(tmp_path, capsys):
     assert long_dependency_scaling.main([*argv, "--extrapolate-to", "1024"]) == rows
     out = capsys.readouterr().out
     assert "| gilr-lstm | others | 4 | 4 | 0.003 | 1e-08 | 100 | 150 |" in out
+    assert "256: 100 (1 of 1), 512: 150 (1 of 1) | - | - |" in out  # fitted from 1,024 steps
+    long_dependency_scaling.main([*argv, "--extrapolate-to", "1024", "--fit-from", "256"])
+    out = capsys.readouterr().out
+    assert "per doubling (from T = 256)" in out
     assert "1.50 times, or +50 | 225, or 200 |" in out
+    with pytest.raises(SystemExit):
+        long_dependency_scaling.main([*argv, "--fit-from", "0"])
+    assert "--fit-from must be at least 1; got 0" in capsys.readouterr().err
     assert (tmp_path / "long_dependency_scaling_cpu.png").stat().st_size > 0
 
 
