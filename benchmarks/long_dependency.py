@@ -18,10 +18,12 @@ sequence's first step (a harder problem).
         --checkpoint run.pt   # run again with the same arguments to resume
 
 Writes ``results/long_dependency_<model>_<length>.json`` (settings, iterations,
-wall time, the learning curve, device and versions; ``..._all.json`` with
-``--distractors all``, ``..._eps1e-09.json`` where Adam's eps is not torch's
-``1e-8``, as by default beyond 1,024 steps: see `scaled_epsilon`) and a PNG of
-the curve beside it.
+wall time, the learning curve, device and versions) and a PNG of the curve beside it.
+Settings other than the defaults are in the name, so that runs at other settings
+keep their own files: ``..._all`` with ``--distractors all``, ``..._lr0.003`` where
+the learning rate is not ``1e-3``, and ``..._eps1e-09`` where Adam's eps is not
+torch's ``1e-8``, as by default beyond 1,024 steps (see `scaled_epsilon`), in that
+order.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from cuscan.nn import GILRLSTM
 P = 128  # input dimension
 CONVERGED_AFTER = 5  # consecutive minibatches at 100% accuracy
 ADAM_EPSILON = 1e-8  # torch's default, which the runs before ``adam_epsilon`` used
+LEARNING_RATE = 1e-3  # Adam's
 DISTRACTORS = ("others", "all")  # the directions the steps after the first are drawn from
 
 
@@ -76,11 +79,12 @@ def scaled_epsilon(length: int) -> float:
 
 
 def run_name(model: str, length: int, distractors: str = "others",
-             adam_epsilon: float = ADAM_EPSILON) -> str:
-    """The stem of a run's files: its model and length, and its distractors and Adam's
-    ``eps`` where they are not the defaults (see the module doc)."""
+             adam_epsilon: float = ADAM_EPSILON, learning_rate: float = LEARNING_RATE) -> str:
+    """The stem of a run's files: its model and length, and its distractors, learning rate
+    and Adam's ``eps`` where they are not the defaults (see the module doc)."""
     name = f"long_dependency_{model}_{length}"
     name += "" if distractors == "others" else f"_{distractors}"
+    name += "" if learning_rate == LEARNING_RATE else f"_lr{learning_rate:g}"
     return name + ("" if adam_epsilon == ADAM_EPSILON else f"_eps{adam_epsilon:g}")
 
 
@@ -160,7 +164,7 @@ def step(forward, optimizer, inputs: torch.Tensor, labels: torch.Tensor) -> tupl
 
 
 def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch_size: int = 16,
-          learning_rate: float = 1e-3, max_iterations: int = 100_000,
+          learning_rate: float = LEARNING_RATE, max_iterations: int = 100_000,
           max_minutes: float | None = None, seed: int = 0, device: str = "cpu",
           checkpoint: Path | None = None, checkpoint_every: int = 100,
           progress: bool = True, compiled: bool = False, distractors: str = "others",
@@ -292,7 +296,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--length", type=int, default=1024)
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
     parser.add_argument("--max-iterations", type=int, default=100_000)
     parser.add_argument("--max-minutes", type=float, default=None,
                         help="stop (and checkpoint) after this long; run again to resume")
@@ -322,7 +326,8 @@ def main(argv: list[str] | None = None) -> dict:
     record["device"] = _common.torch_device_name(args.device)
     record["environment"] = {**_common.environment(), "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
-    name = run_name(args.model, args.length, args.distractors, args.adam_epsilon)
+    name = run_name(args.model, args.length, args.distractors, args.adam_epsilon,
+                    args.learning_rate)
     (args.out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
     try:
         plot(record, args.out / f"{name}.png")

@@ -18,7 +18,7 @@ for each ``eps`` given.
     python -m benchmarks.long_dependency_gradients --lengths 1024,8192,65536,1048576 \\
         --hidden 64
     python -m benchmarks.long_dependency_gradients \\
-        --checkpoint benchmarks/results/long_dependency_gilr-lstm_1048576.pt
+        --checkpoint benchmarks/results/long_dependency_gilr-lstm_1048576_lr0.003.pt
 
 Each measurement is added to ``results/long_dependency_gradients_<device>.json``,
 replacing one with the same settings. A million steps take about 8 GB and a

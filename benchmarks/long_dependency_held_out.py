@@ -16,7 +16,7 @@ A checkpoint holds the weights after the run's last update; with
 network as it classified the minibatch that ended the run.
 
     python -m benchmarks.long_dependency_held_out \\
-        --checkpoint benchmarks/results/long_dependency_gilr-lstm_1048576_eps1e-11.pt \\
+        --checkpoint benchmarks/results/long_dependency_gilr-lstm_1048576_lr0.003_eps1e-11.pt \\
         --sequences 64 [--before-last-update]
 
 Each evaluation is added to ``results/long_dependency_held_out_<device>.json``,

@@ -304,6 +304,26 @@ def test_command_line_scales_adam_epsilon_with_the_length(tmp_path):
     assert (tmp_path / "long_dependency_lstm_8192.json").exists()
 
 
+def test_run_names_carry_the_settings_that_are_not_the_defaults(tmp_path):
+    name = long_dependency.run_name
+    assert name("lstm", 1024) == "long_dependency_lstm_1024"
+    assert name("gilr-lstm", 8192, "all", 1e-9, 3e-3) == \
+        "long_dependency_gilr-lstm_8192_all_lr0.003_eps1e-09"
+    assert name("lstm", 8192, learning_rate=long_dependency.LEARNING_RATE) == \
+        "long_dependency_lstm_8192"
+    assert name("lstm", 2**20, adam_epsilon=1e-11, learning_rate=3e-4) == \
+        "long_dependency_lstm_1048576_lr0.0003_eps1e-11"
+    # A run at another rate keeps its own files beside the default's.
+    arguments = ["--model", "lstm", "--length", "8192", "--hidden", "2", "--batch-size", "1",
+                 "--max-iterations", "1", "--device", "cpu", "--out", str(tmp_path)]
+    long_dependency.main(arguments)
+    long_dependency.main([*arguments, "--learning-rate", "3e-3"])
+    assert json.loads((tmp_path / "long_dependency_lstm_8192_lr0.003_eps1e-09.json").read_text())[
+        "learning_rate"] == 3e-3
+    assert json.loads((tmp_path / "long_dependency_lstm_8192_eps1e-09.json").read_text())[
+        "learning_rate"] == 1e-3
+
+
 def test_scaling_record_from_before_adam_epsilon(tmp_path, capsys):
     require("matplotlib")
     from benchmarks import long_dependency_scaling
