@@ -124,15 +124,14 @@ def growth(rows: list[dict], to_length: int = 2**20, fit_from: int = 1) -> list[
     Returns
     -------
     list of dict
-        Per group (``GROUP``'s settings): ``lengths``, the ``means`` of the
-        iterations of the runs that learned at each, how many ``learned`` of how
-        many ``runs``; and, where at least two lengths from ``fit_from`` on have
-        runs that learned, ``factor`` (the iterations' growth per doubling of the length, from a
-        least-squares fit of their logarithms) with its extrapolation
-        ``at_length_by_factor``, and ``count`` (iterations added per doubling, from
-        a least-squares line against the length's logarithm) with
-        ``at_length_by_count``. The means leave out the runs that did not learn,
-        so they understate where some did not.
+        Per group (``GROUP``'s settings): ``lengths``, the ``means`` of the iterations of
+        the runs that learned at each, how many ``learned`` of how many ``runs``; and,
+        where at least two lengths from ``fit_from`` on have runs that learned, ``factor``
+        (the iterations' growth per doubling of the length, from a least-squares fit of
+        their logarithms) with its extrapolation ``at_length_by_factor``, and ``count``
+        (iterations added per doubling, from a least-squares line against the length's
+        logarithm) with ``at_length_by_count``. The means leave out the runs that did not
+        learn, so they understate where some did not.
     """
     fits = []
     for key, by_length in sorted(_by_setting(rows).items()):
