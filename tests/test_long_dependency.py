@@ -525,3 +525,50 @@ def test_cost_refuses_bad_arguments(arguments, message, tmp_path, capsys):
     with pytest.raises(SystemExit):
         long_dependency_cost.main([*arguments, "--out", str(tmp_path)])
     assert message in capsys.readouterr().err
+
+
+def test_gpu_experiments_runs_table3_at_each_runs_rate(tmp_path):
+    """``scripts/gpu-experiments`` gives each run its own rate unless one is given for all, and
+    names its checkpoint as ``long_dependency`` names the run's files (commands recorded, not
+    run, through a ``python3`` that stands in for the modules)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if shutil.which("bash") is None:
+        pytest.skip("needs bash")
+    shim = tmp_path / "bin" / "python3"
+    shim.parent.mkdir()
+    calls = tmp_path / "calls"
+    shim.write_text(f'#!/bin/sh\nif [ "$1" = -m ]; then echo "$*" >> {calls}; exit 0; fi\n'
+                    f'exec {sys.executable} "$@"\n')
+    shim.chmod(0o755)
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu-experiments"
+    environment = {**os.environ, "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}"}
+
+    def commands(*arguments):
+        calls.unlink(missing_ok=True)
+        subprocess.run(["bash", str(script), "--skip-table2", "--out", str(tmp_path / "out"),
+                        *arguments], check=True, env=environment, capture_output=True)
+        return [dict(zip(line.split()[2::2], line.split()[3::2], strict=False))
+                for line in calls.read_text().splitlines()]
+
+    runs = commands()
+    assert [(run["--model"], run["--length"], run["--hidden"], run["--learning-rate"],
+             run["--adam-epsilon"]) for run in runs] == [
+        ("gilr-lstm", "1024", "512", "1e-3", "1e-08"), ("lstm", "1024", "512", "3e-4", "1e-08"),
+        ("gilr-lstm", "8192", "512", "1e-3", "1e-09"), ("lstm", "8192", "512", "3e-4", "1e-09"),
+        ("gilr-lstm", "1048576", "64", "3e-3", "1e-11")]
+    for run in runs:
+        name = long_dependency.run_name(run["--model"], int(run["--length"]),
+                                        adam_epsilon=float(run["--adam-epsilon"]),
+                                        learning_rate=float(run["--learning-rate"]))
+        assert Path(run["--checkpoint"]).name == f"{name}.pt"
+    # The million-step run resumes from the checkpoint kept in the repository.
+    assert (script.parents[1] / "benchmarks" / "results" / Path(runs[-1]["--checkpoint"]).name
+            ).exists()
+    [run] = commands("--runs", "lstm:8192", "--learning-rate", "1e-3")
+    assert run["--learning-rate"] == "1e-3"
+    assert Path(run["--checkpoint"]).name == "long_dependency_lstm_8192_eps1e-09.pt"
