@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -531,12 +536,6 @@ def test_gpu_experiments_runs_table3_at_each_runs_rate(tmp_path):
     """``scripts/gpu-experiments`` gives each run its own rate unless one is given for all, and
     names its checkpoint as ``long_dependency`` names the run's files (commands recorded, not
     run, through a ``python3`` that stands in for the modules)."""
-    import os
-    import shutil
-    import subprocess
-    import sys
-    from pathlib import Path
-
     if shutil.which("bash") is None:
         pytest.skip("needs bash")
     shim = tmp_path / "bin" / "python3"
