@@ -12,7 +12,7 @@ both alike), and prints chunks / without and each time beside `scipy.signal`'s:
 2. a long signal filtered block by block with ``zi`` (streaming), by `lfilter`
    (order 4) and `sosfilt` (order 8), whose initial and final states enter and leave
    the chunks as products, each block the same call again (a stream's run, without
-   the call's checks and plans: `_filters._streamed`);
+   the call's checks and plans: `_stream._streamed`);
 3. the chunk length (`_CHUNK`) for filters of orders 4 and 8, whose pairs of poles run
    among other stages: the time at 16, 32 and 128 samples against that at `_CHUNK`;
 4. short signals, 16 to 127 samples (from `_MIN_LENGTH`, in chunks of `_MIN_CHUNK`
@@ -53,7 +53,7 @@ from benchmarks._common import (
     write,
 )
 from cuscan import signal
-from cuscan.signal import _chunks, _filters
+from cuscan.signal import _chunks, _stream
 
 SHAPES = [(1, 10**4), (1, 10**5), (1, 10**6), (64, 156_250), (16, 4096), (256, 256),
           (8, 65536)]
@@ -72,18 +72,18 @@ SHORT_FILTERS = {**{f"lfilter butter {order}": (signal.lfilter, scipy.signal.lfi
                     for order in (2, 16, 32)}}
 # Each call with its checks and plans, as a call on new arrays runs (streams are off but
 # where a setting turns them on): in chunks, and with the stages' recurrences.
-STREAMS = _filters._STREAMS_KEPT
+STREAMS = _stream._STREAMS_KEPT
 SETTINGS = {"chunks": {}, "without": {(_chunks, "_MIN_LENGTH"): math.inf}}
 # A stream's blocks as a user's calls run them (the same call again: a stream's run), and
 # with the recurrences.
-STREAM_SETTINGS = {"chunks": {(_filters, "_STREAMS_KEPT"): STREAMS},
+STREAM_SETTINGS = {"chunks": {(_stream, "_STREAMS_KEPT"): STREAMS},
                    "without": {(_chunks, "_MIN_LENGTH"): math.inf}}
 DIRECT_LENGTHS = (1, 8, 16, 32, 64, 128, 192, 256)
 DIRECT_CHANNELS = (1, 16, 256, 4096)
-# Short blocks again and again: a stream's run (`_filters._streamed`), the product
+# Short blocks again and again: a stream's run (`_stream._streamed`), the product
 # through the call's checks and plans, and the chunks.
 DIRECT_SETTINGS = {"stream": {(_chunks, "_DIRECT_LENGTH"): max(DIRECT_LENGTHS),
-                              (_filters, "_STREAMS_KEPT"): STREAMS},
+                              (_stream, "_STREAMS_KEPT"): STREAMS},
                    "product": {(_chunks, "_DIRECT_LENGTH"): max(DIRECT_LENGTHS)},
                    "chunks": {(_chunks, "_DIRECT_LENGTH"): 0}}
 
@@ -143,7 +143,7 @@ def _direct(rng) -> list:
                 zi = _zi(name, design, channels)
                 call = functools.partial(ours, *design, x, zi=zi)
                 _chunks._direct_kept.clear()
-                _filters._streams.clear()
+                _stream._streams.clear()
                 for _ in range(_chunks._DIRECT_AFTER):
                     call()
                 start = time.perf_counter()
@@ -170,7 +170,7 @@ def _direct(rng) -> list:
 
 def main() -> None:
     """Streams are off but in sections 2 and 5 (`STREAM_SETTINGS`, `DIRECT_SETTINGS`)."""
-    with assigned({(_filters, "_STREAMS_KEPT"): 0}):
+    with assigned({(_stream, "_STREAMS_KEPT"): 0}):
         _main()
 
 

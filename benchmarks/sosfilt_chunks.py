@@ -39,7 +39,7 @@ from benchmarks._common import (
     write,
 )
 from cuscan import signal
-from cuscan.signal import _chunks, _filters
+from cuscan.signal import _chunks, _stream
 
 SHAPES = [(1, 10**4), (1, 10**5), (1, 10**6), (1, 10**7), (4, 10**6), (64, 156_250),
           (16, 4096), (256, 256), (1024, 512), (8, 65536)]
@@ -93,7 +93,7 @@ def _adjacent(x, axis: int, sections: int) -> bool:
 def main() -> None:
     """Each call with its checks and plans, as a call on new arrays runs (not as a stream's
     run of the same call again: `lfilter_chunks`)."""
-    with assigned({(_filters, "_STREAMS_KEPT"): 0}):
+    with assigned({(_stream, "_STREAMS_KEPT"): 0}):
         _main()
 
 

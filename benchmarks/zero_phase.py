@@ -2,7 +2,7 @@
 
 `cuscan.signal.filtfilt` (both methods) and `sosfiltfilt` over a signal of at most
 `_ZERO_PHASE_LENGTH` samples run as one product with the whole scheme's matrix for that
-length (`_filters._zero_phase`). This times them with the products and without (the padding,
+length (`_filtfilt._zero_phase`). This times them with the products and without (the padding,
 both passes and their states), alternated in rounds in one process once the matrix is built,
 and SciPy's functions, over lengths and channel counts: a Butterworth filter of order 4 as
 `(b, a)`, and of order 8 as second-order sections, float64, time along the last axis; then
@@ -18,7 +18,7 @@ import scipy.signal
 
 import cuscan.signal
 from benchmarks._common import alternated_settings, assigned, best_time, environment, write
-from cuscan.signal import _chunks, _filters
+from cuscan.signal import _chunks, _filtfilt
 
 LENGTHS = [32, 64, 128, 256, 384, 512, 768, 1024]
 CHANNELS = [1, 4, 16, 64, 256, 1024]
@@ -26,8 +26,8 @@ MOST_ELEMENTS = 2**20
 BA = scipy.signal.butter(4, 0.1)
 SOS = scipy.signal.butter(8, 0.1, output="sos")
 SETTINGS = {
-    "product": {(_filters, "_ZERO_PHASE_LENGTH"): max(LENGTHS)},
-    "scheme": {(_filters, "_ZERO_PHASE_LENGTH"): 0},
+    "product": {(_filtfilt, "_ZERO_PHASE_LENGTH"): max(LENGTHS)},
+    "scheme": {(_filtfilt, "_ZERO_PHASE_LENGTH"): 0},
 }
 CALLS = {
     "filtfilt": (lambda x: cuscan.signal.filtfilt(*BA, x),

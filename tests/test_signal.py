@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cuscan import signal
-from cuscan.signal import _chunks, _filters
+from cuscan.signal import _chunks, _filters, _filtfilt, _poles, _stream
 from tests.conftest import require
 from tests.reference import EXTENDED, direct_form_extended, gustafsson_exact
 
@@ -72,8 +72,8 @@ def chunk_runs(monkeypatch):
     filter as one product (`test_zero_phase_products`)."""
     monkeypatch.setattr(_chunks, "_DIRECT_LENGTH", 0)
     monkeypatch.setattr(_chunks, "_direct_kept", collections.OrderedDict())
-    monkeypatch.setattr(_filters, "_STREAMS_KEPT", 0)
-    monkeypatch.setattr(_filters, "_ZERO_PHASE_LENGTH", 0)
+    monkeypatch.setattr(_stream, "_STREAMS_KEPT", 0)
+    monkeypatch.setattr(_filtfilt, "_ZERO_PHASE_LENGTH", 0)
     monkeypatch.setattr(_chunks, "_BLOCK_ELEMENTS", 200)
     monkeypatch.setattr(_chunks, "_SCAN_BLOCK", 4)
     monkeypatch.setattr(_chunks, "_MATRIX_SCAN_ELEMENTS", 40)
@@ -357,8 +357,8 @@ def test_zero_phase_products(monkeypatch):
                 for _ in range(_chunks._DIRECT_AFTER):
                     ours[0](*ours[1:], v, axis=axis, **settings)  # the last builds the matrix
                 with monkeypatch.context() as m:
-                    m.setattr(_filters, "_forward_backward", None)
-                    m.setattr(_filters, "_gustafsson", None)
+                    m.setattr(_filtfilt, "_forward_backward", None)
+                    m.setattr(_filtfilt, "_gustafsson", None)
                     product = ours[0](*ours[1:], v, axis=axis, **settings)
                 expected = theirs[0](*theirs[1:], v.astype(scheme.dtype), axis=axis,
                                      **settings)
@@ -386,7 +386,7 @@ def test_zero_phase_products(monkeypatch):
         np.testing.assert_allclose(result[both], expected[both], rtol=1e-10, atol=1e-12)
     # no product: longer signals, empty ones, tensors
     _chunks._direct_kept.clear()
-    longer = rng.standard_normal(_filters._ZERO_PHASE_LENGTH + 1)
+    longer = rng.standard_normal(_filtfilt._ZERO_PHASE_LENGTH + 1)
     for _ in range(1 + _chunks._DIRECT_AFTER):
         assert relative_error(signal.filtfilt(b, a, longer), ss.filtfilt(b, a, longer)) <= 1e-10
         assert signal.filtfilt(b, a, np.zeros((2, 0)), method="gust").shape == (2, 0)
@@ -405,7 +405,7 @@ def test_streams(monkeypatch):
     matrices are no longer kept (from 16 samples the stream's chunks run, and count and
     build them again); the last _STREAMS_KEPT calls are kept."""
     monkeypatch.setattr(_chunks, "_direct_kept", collections.OrderedDict())
-    monkeypatch.setattr(_filters, "_streams", {})
+    monkeypatch.setattr(_stream, "_streams", {})
     rng = np.random.default_rng(34)
     b, a = ss.cheby1(6, 1, 0.2)
     fir = ss.firwin(17, 0.2), np.ones(1)
@@ -434,7 +434,7 @@ def test_streams(monkeypatch):
         for k, start in enumerate(range(0, shape[axis], block)):
             piece = x[(slice(None),) * axis + (slice(start, start + block),)]
             with monkeypatch.context() as m:
-                m.setattr(_filters, "_streams", {})
+                m.setattr(_stream, "_streams", {})
                 checked = ours(*design, piece, axis=axis, **kwargs)  # through the checks
             with monkeypatch.context() as m:
                 if k > _chunks._DIRECT_AFTER:  # the stream's run, without the checks
@@ -491,15 +491,15 @@ def test_streams(monkeypatch):
         assert all(isinstance(kept, tuple) for kept in _chunks._direct_kept.values())
         with pytest.raises(TypeError):  # below 16 samples: through the checks
             signal.lfilter(changed, a, short, zi=zi)
-    monkeypatch.setattr(_filters, "_STREAMS_KEPT", 2)
+    monkeypatch.setattr(_stream, "_STREAMS_KEPT", 2)
     for length in (20, 21, 22):
         for _ in range(1 + _chunks._DIRECT_AFTER):
             signal.sosfilt(sos, rng.standard_normal(length))
-    assert [key[1] for key in _filters._streams] == [(21,), (22,)]
+    assert [key[1] for key in _stream._streams] == [(21,), (22,)]
     for _ in range(1 + _chunks._DIRECT_AFTER):
         signal.sosfilt(sos, x)
-    assert [key[1] for key in _filters._streams] == [(22,), (32,)]
-    monkeypatch.setattr(_filters, "_STREAMS_KEPT", 0)  # none taken
+    assert [key[1] for key in _stream._streams] == [(22,), (32,)]
+    monkeypatch.setattr(_stream, "_STREAMS_KEPT", 0)  # none taken
     monkeypatch.setattr(_filters, "_signal", None)
     with pytest.raises(TypeError):
         signal.sosfilt(sos, x)
@@ -2043,7 +2043,7 @@ def test_framework_zero_phase_products(framework, monkeypatch):
             return framework.total(ours(v) * framework.tensor(weights))
 
         with monkeypatch.context() as m:
-            m.setattr(_filters, "_ZERO_PHASE_LENGTH", 0)
+            m.setattr(_filtfilt, "_ZERO_PHASE_LENGTH", 0)
             expected_grad = framework.grad(total, x)
         for _ in range(1 + _chunks._DIRECT_AFTER):  # the last builds the matrix
             result = ours(framework.tensor(x))
@@ -2056,8 +2056,8 @@ def test_framework_zero_phase_products(framework, monkeypatch):
         assert bool(built) == on_cpu, name
         if on_cpu:
             with monkeypatch.context() as m:
-                m.setattr(_filters, "_forward_backward", None)
-                m.setattr(_filters, "_gustafsson", None)
+                m.setattr(_filtfilt, "_forward_backward", None)
+                m.setattr(_filtfilt, "_gustafsson", None)
                 trapped = ours(framework.tensor(x))
             np.testing.assert_array_equal(framework.array(trapped), framework.array(result))
         grads = framework.grad(total, x)
@@ -2503,7 +2503,7 @@ def test_torch_compile():
     caches included), and runs ema inside the graph (fullgraph=True); values and gradients
     are the uncompiled ones."""
     torch = require("torch")
-    _filters._stages.cache_clear()  # the design runs inside the compiled call
+    _poles._stages.cache_clear()  # the design runs inside the compiled call
     torch._dynamo.reset()
     rng = np.random.default_rng(12)
     b, a = ss.butter(3, 0.2)

@@ -6,16 +6,9 @@ be filtered block by block), on NumPy and CuPy arrays and torch, JAX and
 TensorFlow tensors; ``ema`` is an exponential moving average.
 """
 
-from cuscan.signal._filters import (
-    ema,
-    filtfilt,
-    lfilter,
-    lfilter_zi,
-    lfiltic,
-    sosfilt,
-    sosfilt_zi,
-    sosfiltfilt,
-)
+from cuscan.signal._ema import ema
+from cuscan.signal._filters import lfilter, lfilter_zi, lfiltic, sosfilt, sosfilt_zi
+from cuscan.signal._filtfilt import filtfilt, sosfiltfilt
 
 __all__ = ["ema", "filtfilt", "lfilter", "lfilter_zi", "lfiltic", "sosfilt", "sosfilt_zi",
            "sosfiltfilt"]
