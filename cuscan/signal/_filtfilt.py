@@ -10,7 +10,6 @@ import numpy as np
 
 from cuscan._api import public
 from cuscan.signal import _chunks
-from cuscan.signal._arrays import _Arrays
 from cuscan.signal._filters import (
     _NUMPY,
     ArrayLike,
@@ -287,7 +286,7 @@ def _state_response(b: np.ndarray, a: np.ndarray, length: int) -> np.ndarray:
     response (the first state enters the output as an impulse at the first sample)."""
     impulse = np.zeros(length, np.result_type(b, a, np.float64))
     impulse[:1] = 1
-    return _filter(np.ones(1), a, _Arrays(np), impulse, 0, None)[0]
+    return _filter(np.ones(1), a, _NUMPY, impulse, 0, None)[0]
 
 
 def _response_length(b: np.ndarray, a: np.ndarray, length: int) -> int:
@@ -327,7 +326,7 @@ def _gustafsson_operators(b: np.ndarray, a: np.ndarray, span: int, whole: bool):
     unit = np.zeros((span, order), dtype)  # the k-th state's output is the first's, k later
     for k in range(min(order, span)):  # states past the span reach none of it
         unit[k:, k] = response[:span - k]
-    again = _filter(b, a, _Arrays(np), np.ascontiguousarray(unit[::-1].T), 1, None)[0].T
+    again = _filter(b, a, _NUMPY, np.ascontiguousarray(unit[::-1].T), 1, None)[0].T
 
     def columns(first, second):
         """The two states' columns: over the whole signal, or each at its own end."""
