@@ -366,7 +366,7 @@ def test_first_step_gradients_shrink_with_the_length(tmp_path, capsys):
 
 
 # Inductor's own imports use a deprecated torch.jit decorator.
-@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
 def test_compiled_run_trains_as_eager_and_resumes_eagerly(tmp_path):
     settings = {"model": "gilr-lstm", "length": 16, "hidden": 4, "batch_size": 4,
                 "progress": False}

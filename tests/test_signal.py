@@ -2496,7 +2496,7 @@ def test_framework_compiled(framework):
 
 # Inductor's own imports use a deprecated torch.jit decorator, and Dynamo reads .grad of
 # the tensors a function it does not trace returns in a tuple (any such function).
-@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
 @pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
 def test_torch_compile():
     """torch.compile breaks the graph around each filter, whose design it cannot trace (cold

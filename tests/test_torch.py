@@ -389,6 +389,9 @@ def test_vjp_function_is_differentiable(device, dtype, reverse):
     assert torch.autograd.gradgradcheck(vjp, leaves)
 
 
+# torch 2.15's opcheck reads .grad of the non-leaf tensors it makes (test_aot_dispatch_dynamic),
+# for any custom operator.
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
 def test_opcheck(device):
     decays = torch.rand(33, 4, dtype=torch.float64, device=device, requires_grad=True)
     impulses = torch.randn(33, 4, dtype=torch.float64, device=device, requires_grad=True)
@@ -402,7 +405,7 @@ def test_opcheck(device):
 
 
 # Inductor's own imports use a deprecated torch.jit decorator.
-@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated")
 @pytest.mark.parametrize("compiler", ["aot_eager", "inductor"])
 def test_compile_fullgraph(device, compiler):
     decays = torch.rand(64, 8, dtype=torch.float32, device=device, requires_grad=True)
@@ -455,7 +458,7 @@ def test_exported_programs_load_after_importing_cuscan_nn(tmp_path):
     """)
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.* is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:`torch.jit.* is deprecated")
 def test_traced_modules_save_and_load(tmp_path):
     """torch.jit.trace over parameters that require grad passes its own check (the graph is
     the same with and without grad), records the operator, and the saved trace runs in a
