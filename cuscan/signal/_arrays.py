@@ -194,8 +194,6 @@ class _Torch(_Arrays):
         from cuscan import _torch
 
         self.torch, self._adapter = torch, _torch
-        self._dtypes = {np.dtype(t): getattr(torch, t) for t in (
-            "float32", "float64", "complex64", "complex128")}
 
     def asarray(self, value, like=None):
         torch = self.torch
@@ -266,7 +264,8 @@ class _Torch(_Arrays):
         return x.dtype.itemsize
 
     def cast(self, x, dtype: np.dtype):
-        return x.to(self._dtypes[np.dtype(dtype)])
+        # by name: Dynamo (torch 2.10) cannot hash NumPy dtypes as dictionary keys
+        return x.to(getattr(self.torch, np.dtype(dtype).name))
 
     def isnan(self, x):
         return self.torch.isnan(x)
