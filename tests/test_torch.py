@@ -564,7 +564,7 @@ sos = [[1, 0.5, 0.2, 1, -0.5, 0.1], [1, -1, 0, 1, 0.3, 0]]
 FILTERS = [lambda x: cuscan.signal.sosfilt(sos, x), lambda x: cuscan.signal.sosfiltfilt(sos, x),
            lambda x: cuscan.signal.lfilter([1, 2, 1], [1, -0.3], x),
            lambda x: cuscan.signal.ema(x, 0.3, adjust=True)]
-x = torch.randn(4, 50, generator=generator, dtype=torch.float64)
+x = torch.randn(5, 50, generator=generator, dtype=torch.float64)  # 3 and 2 channels
 for placement in (Shard(0), Shard(1)):
     for f in FILTERS:
         split = distribute_tensor(x, mesh, [placement]).requires_grad_()

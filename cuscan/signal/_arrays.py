@@ -289,6 +289,16 @@ class _Torch(_Arrays):
         return x.unsqueeze(axis)
 
     def flip(self, x, axis: int):
+        if self._adapter._distributed(x) and not any(p.is_shard(axis % x.ndim)
+                                                     for p in x.placements):
+            # Each process flips its own part: torch before 2.12 has no sharding rule for
+            # flip. (The filters flip signals whole along time, as `whole_along` makes them.)
+            from torch.distributed.tensor import DTensor
+
+            whole = self.torch.empty(x.shape, device="meta")  # the contiguous strides
+            return DTensor.from_local(x.to_local().flip(axis).contiguous(), x.device_mesh,
+                                      x.placements, run_check=False, shape=x.shape,
+                                      stride=whole.stride())
         return x.flip(axis)
 
     def apply_along(self, matrix: np.ndarray, x, axis: int):
