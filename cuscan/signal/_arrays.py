@@ -210,12 +210,17 @@ class _Torch(_Arrays):
     def whole_along(self, x, axis: int):
         # A DTensor split along time is gathered there (indexing a split axis in place
         # goes wrong), keeping the split of the other axes.
-        if not self._adapter._distributed(x) or not any(p.is_shard(axis) for p in x.placements):
+        if not self._split_along(x, axis):
             return x
         from torch.distributed.tensor import Replicate
 
         return x.redistribute(placements=[Replicate() if p.is_shard(axis) else p
                                           for p in x.placements])
+
+    def _split_along(self, x, axis: int) -> bool:
+        """Whether ``x`` is a DTensor split along ``axis``."""
+        return self._adapter._distributed(x) and any(p.is_shard(axis % x.ndim)
+                                                     for p in x.placements)
 
     def dense(self, value, name: str):
         if isinstance(value, self.torch.Tensor):
@@ -289,8 +294,7 @@ class _Torch(_Arrays):
         return x.unsqueeze(axis)
 
     def flip(self, x, axis: int):
-        if self._adapter._distributed(x) and not any(p.is_shard(axis % x.ndim)
-                                                     for p in x.placements):
+        if self._adapter._distributed(x) and not self._split_along(x, axis):
             # Each process flips its own part: torch before 2.12 has no sharding rule for
             # flip. (The filters flip signals whole along time, as `whole_along` makes them.)
             from torch.distributed.tensor import DTensor
