@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -61,6 +62,14 @@ def torch_device_name(device) -> str:
 
     device = torch.device(device)
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def without_options(doc: str) -> None:
+    """The command line of a benchmark that takes no options: ``--help`` prints ``doc`` (the
+    module's docstring) and exits, and any argument is refused with a usage message, before
+    the benchmark runs and rewrites its record."""
+    argparse.ArgumentParser(description=doc,
+                            formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
 
 
 def listed(kind):

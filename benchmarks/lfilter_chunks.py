@@ -50,6 +50,7 @@ from benchmarks._common import (
     assigned,
     best_time,
     environment,
+    without_options,
     write,
 )
 from cuscan import signal
@@ -244,4 +245,5 @@ def _main() -> None:
 
 
 if __name__ == "__main__":
+    without_options(__doc__)
     main()

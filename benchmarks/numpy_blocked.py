@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 import cuscan
-from benchmarks._common import alternated, assigned, environment, write
+from benchmarks._common import alternated, assigned, environment, without_options, write
 from cuscan import _numpy_backend
 
 SHAPES = [(1, 256), (1, 1024), (1, 10**4), (1, 10**5), (1, 10**6), (1, 10**7), (2, 10**6),
@@ -155,4 +155,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    without_options(__doc__)
     main()

@@ -24,7 +24,7 @@ import functools
 import numpy as np
 
 import cuscan
-from benchmarks._common import alternated, environment, peak_memories, write
+from benchmarks._common import alternated, environment, peak_memories, without_options, write
 from cuscan import _numpy_backend
 
 # (T, channels, time axis): time-major (T, C) along axis 0, or time-contiguous (C, T)
@@ -88,4 +88,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    without_options(__doc__)
     main()

@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 import cuscan
-from benchmarks._common import alternated, environment, write
+from benchmarks._common import alternated, environment, without_options, write
 from cuscan import _numpy_backend
 
 SHAPES = [(300, 1), (1000, 1), (10**4, 1), (10**5, 1), (10**6, 1), (4 * 10**6, 1), (10**7, 1),
@@ -63,4 +63,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    without_options(__doc__)
     main()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 import cuscan
-from benchmarks._common import alternated, best_time, environment, write
+from benchmarks._common import alternated, best_time, environment, without_options, write
 from cuscan import _numpy_backend
 
 CROSSOVER_DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
@@ -181,4 +181,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    without_options(__doc__)
     main()

@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 import cuscan
-from benchmarks._common import alternated, environment, write
+from benchmarks._common import alternated, environment, without_options, write
 from cuscan import _numpy_backend
 
 SHAPES = [(48, 16), (1024, 4), (10**5, 2), (10**6, 1), (10**6, 2), (10**6, 4),
@@ -69,4 +69,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    without_options(__doc__)
     main()

@@ -25,7 +25,7 @@ import math
 import numpy as np
 
 import cuscan
-from benchmarks._common import alternated, environment, peak_memories, write
+from benchmarks._common import alternated, environment, peak_memories, without_options, write
 from cuscan import _numpy_backend
 
 # (shape, dtype, time axis)
@@ -81,4 +81,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    without_options(__doc__)
     main()

@@ -23,7 +23,7 @@ import functools
 import numpy as np
 
 import cuscan
-from benchmarks._common import alternated, environment, write
+from benchmarks._common import alternated, environment, without_options, write
 from cuscan import _numpy_backend
 
 # (shape, time axis): one channel, then time-contiguous channels
@@ -75,4 +75,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    without_options(__doc__)
     main()

@@ -13,7 +13,7 @@ import numpy as np
 from scipy.signal import lfilter
 
 import cuscan
-from benchmarks._common import best_time, environment, write
+from benchmarks._common import best_time, environment, without_options, write
 
 # (name, shape, time axis)
 CASES = [
@@ -47,4 +47,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    without_options(__doc__)
     main()

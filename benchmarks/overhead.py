@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 import cuscan
-from benchmarks._common import environment, write
+from benchmarks._common import environment, without_options, write
 
 SHAPES = [(1, 1), (16, 4), (256, 32)]
 CALLS = 2000
@@ -177,4 +177,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    without_options(__doc__)
     main()

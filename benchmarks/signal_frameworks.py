@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.signal
 
-from benchmarks._common import alternated, environment, write
+from benchmarks._common import alternated, environment, without_options, write
 from cuscan import signal
 from cuscan.signal import _arrays
 
@@ -145,4 +145,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    without_options(__doc__)
     main()

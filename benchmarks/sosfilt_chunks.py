@@ -36,6 +36,7 @@ from benchmarks._common import (
     environment,
     peak_memories,
     peak_memory,
+    without_options,
     write,
 )
 from cuscan import signal
@@ -170,4 +171,5 @@ def _main() -> None:
 
 
 if __name__ == "__main__":
+    without_options(__doc__)
     main()

@@ -17,7 +17,14 @@ import numpy as np
 import scipy.signal
 
 import cuscan.signal
-from benchmarks._common import alternated_settings, assigned, best_time, environment, write
+from benchmarks._common import (
+    alternated_settings,
+    assigned,
+    best_time,
+    environment,
+    without_options,
+    write,
+)
 from cuscan.signal import _chunks, _filtfilt
 
 LENGTHS = [32, 64, 128, 256, 384, 512, 768, 1024]
@@ -120,4 +127,5 @@ def tensors(rng) -> list[dict]:
 
 
 if __name__ == "__main__":
+    without_options(__doc__)
     main()
