@@ -1,9 +1,10 @@
-"""Every benchmark's command line refuses an option it does not know, with a usage message,
-before it runs and rewrites its record in benchmarks/results/."""
+"""Every benchmark's command line, and those of the GPU scripts, refuses an option it does not
+know, with a usage message, before it runs and rewrites its record in benchmarks/results/."""
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,3 +31,23 @@ def test_unknown_option_refused(name):
         require(missing[1])  # a framework the benchmark imports: skipped without it, outside CI
     assert result.returncode == 2, result.stderr
     assert re.match(rf"usage: {name}\.py ", result.stderr), result.stderr
+
+
+@pytest.mark.parametrize("name", ["gpu-check", "gpu-experiments"])
+def test_gpu_scripts_command_line(name):
+    if shutil.which("bash") is None:
+        pytest.skip("needs bash")
+    script = ROOT / "scripts" / name
+
+    def run(*arguments):
+        return subprocess.run(["bash", str(script), *arguments], capture_output=True, text=True,
+                              timeout=60, check=False)
+
+    helped = run("--help")
+    assert helped.returncode == 0, helped.stderr
+    assert f"  scripts/{name} [" in helped.stdout  # the usage line of the script's header
+    assert "#" not in helped.stdout  # the comment markers stripped
+    assert "set -uo" not in helped.stdout  # and the header alone
+    refused = run("--no-such-option")
+    assert refused.returncode == 2
+    assert "unknown argument --no-such-option" in refused.stderr
