@@ -4,12 +4,17 @@ For each shape, dtype and direction, times every contestant on the same data and
 rate at which it moves the bytes the recurrence must move (forward: read the decays and the
 impulses, write the output; backward: read the output's gradient, the decays and the output,
 write both gradients), next to a device-to-device copy of as many bytes measured in the same
-run: the bandwidth limit. Times are medians of CUDA events after warm-up, each contestant and
-the copy taken in turn call by call (a device whose clock drifts slows both alike), each call
-on the next of several copies of the inputs that together exceed four times the L2 cache (at
-most 256: the smallest calls' inputs stay within it). Each contestant's result is compared with
-cuscan's in float64 on the first channels; a contestant that cannot take a shape, dtype or
-direction is reported with the reason, and one that fails with its error.
+run: the bandwidth limit. A time is the median over batches of calls made back to back, as a
+program makes them, from an idle device to the last call's result, taken with CUDA events after
+warm-up and divided by the calls in the batch (about 20 ms of calls, so that the host's work
+before the first launch counts little); where the host takes longer to make a call than the
+device to run it, that is the host's time. Each contestant's batches and the copy's are taken in
+turn (a device whose clock drifts slows both alike), and each call runs on the next of several
+copies of the inputs that together exceed four times the L2 cache (at most 256: the smallest
+calls' inputs stay within it). Beside it, ``latency_s`` is the median time of one call alone,
+from an idle device to its result: the host's time and the device's added. Each contestant's
+result is compared with cuscan's in float64 on the first channels; a contestant that cannot take
+a shape, dtype or direction is reported with the reason, and one that fails with its error.
 
 Contestants:
 
@@ -80,6 +85,8 @@ DIRECTIONS = ("forward", "backward")
 ROTATED_BYTES = 4  # the copies of the inputs together exceed this many L2 caches
 MAX_COPIES = 256
 SECONDS_PER_CASE = 3.0  # a contestant's repeats in a row take about this long at most
+BATCH_SECONDS = 0.02  # a batch of calls back to back lasts about this long
+MAX_BATCH = 1000
 
 
 class Unsupported(Exception):
@@ -170,16 +177,16 @@ def jax_scan(case, direction):
         scan = jax.jit(forward)
 
         def call(i):
-            return scan(a[i], x[i]).block_until_ready()
-        return call, lambda: call(0)
+            return scan(a[i], x[i])
+        return call, lambda: jax.block_until_ready(call(0))
     g = [jnp.from_dlpack(t) for t in case.torch["g"]]
     linearize = jax.jit(lambda a, x: jax.vjp(forward, a, x)[1])  # the forward's residuals
     vjps = [linearize(a[i], x[i]) for i in range(case.copies)]
     apply = jax.jit(lambda vjp, g: vjp(g))
 
     def call(i):
-        return jax.block_until_ready(apply(vjps[i], g[i]))
-    return call, lambda: call(0)
+        return apply(vjps[i], g[i])
+    return call, lambda: jax.block_until_ready(call(0))
 
 
 def torch_scan(case, direction):
@@ -384,26 +391,42 @@ class Case:
         return worst
 
 
+def _block(result) -> None:
+    """Wait for a JAX result: JAX runs on its own streams, where the other contestants run on
+    the one the clock's events are recorded on."""
+    for leaf in result if isinstance(result, (tuple, list)) else (result,):
+        wait = getattr(leaf, "block_until_ready", None)
+        if wait is not None:
+            wait()
+
+
 def _clock(device):
-    """A function that runs ``call`` once and returns its seconds (CUDA events on a GPU)."""
+    """A function ``clock(call, indices)`` that makes ``call(i)`` for each of ``indices``
+    back to back, from an idle device to the last one's result, and returns the seconds per
+    call (CUDA events on a GPU)."""
     if device == "cuda":
         import torch
 
         start = torch.cuda.Event(enable_timing=True)
         stop = torch.cuda.Event(enable_timing=True)
 
-        def clock(call):
+        def clock(call, indices):
+            torch.cuda.synchronize()
             start.record()
-            call()
+            result = None
+            for i in indices:
+                result = call(i)
+            _block(result)
             stop.record()
             stop.synchronize()
-            return start.elapsed_time(stop) / 1e3
+            return start.elapsed_time(stop) / 1e3 / len(indices)
         return clock
 
-    def clock(call):
+    def clock(call, indices):
         begin = time.perf_counter()
-        call()
-        return time.perf_counter() - begin
+        for i in indices:
+            call(i)
+        return (time.perf_counter() - begin) / len(indices)
     return clock
 
 
@@ -418,20 +441,30 @@ def _copy(case, direction):
 
 
 def measure(functions: dict, clock, repeats: int, copies: int) -> dict:
-    """Median seconds of each function (label -> function of the copy's index), taken in turn
-    call by call after warm-up; slow ones (over SECONDS_PER_CASE a call) get fewer repeats."""
-    counts = {}
+    """For each function (label -> function of the copy's index), after warm-up, the median
+    seconds a call in batches back to back (``seconds``) and of one call alone (``latency``),
+    the functions' batches taken in turn. A batch lasts about BATCH_SECONDS; slow functions
+    (over SECONDS_PER_CASE for their repeats) get fewer, three at least."""
+    plan = {}
     for label, function in functions.items():
         function(0)  # compiles
         function(min(1, copies - 1))
-        took = max(clock(lambda f=function: f(0)), 1e-9)
-        counts[label] = max(3, min(repeats, int(SECONDS_PER_CASE / took)))
+        took = max(clock(function, [0]), 1e-9)
+        calls = max(1, min(MAX_BATCH, math.ceil(BATCH_SECONDS / took)))
+        plan[label] = calls, max(3, min(repeats, int(SECONDS_PER_CASE / (calls * took))))
     times = {label: [] for label in functions}
-    for r in range(max(counts.values())):
+    latencies = {label: [] for label in functions}
+    for r in range(max(batches for _, batches in plan.values())):
         for label, function in functions.items():
-            if r < counts[label]:
-                times[label].append(clock(lambda f=function, i=r % copies: f(i)))
-    return {label: statistics.median(t) for label, t in times.items()}
+            calls, batches = plan[label]
+            if r >= batches:
+                continue
+            first = r * (calls + 1)
+            times[label].append(clock(function, [(first + k) % copies for k in range(calls)]))
+            latencies[label].append(times[label][-1] if calls == 1 else clock(
+                function, [(first + calls) % copies]))
+    return {label: {"seconds": statistics.median(times[label]),
+                    "latency": statistics.median(latencies[label])} for label in functions}
 
 
 def run_case(case, direction, names, clock, repeats) -> dict:
@@ -447,10 +480,11 @@ def run_case(case, direction, names, clock, repeats) -> dict:
             call, check = CONTESTANTS[name](case, direction)
             call(0)  # fails here, if it fails at all
             times = measure({"copy": copy, name: call}, clock, repeats, case.copies)
-            entry = {"seconds": times[name],
-                     "GBps": case.bytes[direction] / times[name] / 1e9,
-                     "of_copy": times["copy"] / times[name]}
-            copies.append(times["copy"])
+            seconds = times[name]["seconds"]
+            entry = {"seconds": seconds, "latency_s": times[name]["latency"],
+                     "GBps": case.bytes[direction] / seconds / 1e9,
+                     "of_copy": times["copy"]["seconds"] / seconds}
+            copies.append(times["copy"]["seconds"])
             try:
                 entry["error_eps"] = case.error(direction, check())
             except Exception as error:  # the check's own failure, reported beside the time
@@ -464,7 +498,7 @@ def run_case(case, direction, names, clock, repeats) -> dict:
         call = check = None
         _free(case.device)
     row["copy_s"] = statistics.median(copies) if copies else measure(
-        {"copy": copy}, clock, repeats, case.copies)["copy"]
+        {"copy": copy}, clock, repeats, case.copies)["copy"]["seconds"]
     return row
 
 

@@ -40,6 +40,7 @@ def test_peers_quick_run(tmp_path):
             entry = row["results"][name]
             assert entry["GBps"] > 0
             assert entry["of_copy"] > 0
+            assert entry["latency_s"] > 0
             # a sum of at most 1,000 terms, each rounded once or twice in the dtype
             assert entry["error_eps"] < 50, (name, entry)
         for name in set(names) - timed:
@@ -47,6 +48,25 @@ def test_peers_quick_run(tmp_path):
     table = (tmp_path / "peers_cpu.md").read_text()
     assert table.count("\n| (") == len(rows)
     assert "| cuscan | cuscan (torch) | cuscan serial | jax associative_scan |" in table
+
+
+def test_measure_batches_calls_back_to_back():
+    """A call taking 1 ms alone is made in batches of 20 (peers.BATCH_SECONDS), each on the
+    next copy of the inputs in turn; a batch's time per call is its own, apart from the time
+    of one call alone."""
+    made = []
+
+    def clock(call, indices):
+        for i in indices:
+            call(i)
+        return 1e-3 if len(indices) == 1 else 2e-4  # the host's work hidden in a batch
+
+    times = peers.measure({"f": made.append}, clock, repeats=5, copies=7)
+    assert times == {"f": {"seconds": 2e-4, "latency": 1e-3}}
+    batches = made[3:]  # after the two warm-up calls and the single call that sizes a batch
+    assert made[:3] == [0, 1, 0]
+    assert len(batches) == 5 * 21  # five repeats of a batch of 20 and one call alone
+    assert batches == [k % 7 for k in range(len(batches))]
 
 
 def test_peers_rejects_unknown_names(tmp_path, capsys):
