@@ -19,6 +19,9 @@ sequence's first step (a harder problem).
 
 Writes ``results/long_dependency_<model>_<length>.json`` (settings, iterations,
 wall time, the learning curve, device and versions) and a PNG of the curve beside it.
+The curve has a row per iteration: the iteration, the minibatch's cross-entropy and
+accuracy, the wall time so far, and how far apart the network put the two classes'
+logits (`separation`, d'), which shows a run learning long before its accuracy does.
 Settings other than the defaults are in the name, so that runs at other settings
 keep their own files: ``..._all`` with ``--distractors all``, ``..._lr0.003`` where
 the learning rate is not ``1e-3``, and ``..._eps1e-09`` where Adam's eps is not
@@ -46,6 +49,8 @@ CONVERGED_AFTER = 5  # consecutive minibatches at 100% accuracy
 ADAM_EPSILON = 1e-8  # torch's default, which the runs before ``adam_epsilon`` used
 LEARNING_RATE = 1e-3  # Adam's
 DISTRACTORS = ("others", "all")  # the directions the steps after the first are drawn from
+SEPARATION_WINDOW = 25  # iterations the progress line's mean separation is over
+SEPARATED = 2.0  # a mean separation taken to show the run learning (see `separated_at`)
 
 
 def _check_distractors(distractors: str) -> None:
@@ -152,15 +157,34 @@ def load(checkpoint: Path, device) -> tuple:
     return network, record
 
 
+def separation(logits: torch.Tensor, labels: torch.Tensor) -> float | None:
+    """How far apart the network puts the two classes: the difference of the mean logits of
+    the positive and the negative sequences over their pooled within-class standard
+    deviation (the sensitivity index d'). It grows while the accuracy is still at chance:
+    a network can order the classes well before its threshold sits between them. None for
+    a minibatch of one class, or whose logits do not vary within each class."""
+    logits = logits.detach().double()
+    positive, negative = logits[labels == 1], logits[labels == 0]
+    if not len(positive) or not len(negative):
+        return None
+    spread = torch.cat([positive - positive.mean(), negative - negative.mean()])
+    deviation = spread.pow(2).mean().sqrt().item()
+    if not deviation > 0:
+        return None
+    return (positive.mean() - negative.mean()).item() / deviation
+
+
 def step(forward, optimizer, inputs: torch.Tensor, labels: torch.Tensor) -> tuple:
     """One training iteration on a minibatch: the network (``forward``) on ``inputs``,
-    backward, the optimizer's update; the loss and the accuracy, as floats."""
+    backward, the optimizer's update; the loss and the accuracy, as floats, and the
+    classes' `separation`."""
     logits = forward(inputs)
     loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    return loss.item(), ((logits > 0).float() == labels).float().mean().item()
+    return (loss.item(), ((logits > 0).float() == labels).float().mean().item(),
+            separation(logits, labels))
 
 
 def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch_size: int = 16,
@@ -227,14 +251,15 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
     start = time.perf_counter() - record["wall_time_s"]
     deadline = None if max_minutes is None else time.perf_counter() + 60 * max_minutes
     while not record["converged"] and record["iterations"] < max_iterations:
-        loss, accuracy = step(forward, optimizer,
-                              *batch(length, batch_size, generator, device, distractors))
+        loss, accuracy, apart = step(forward, optimizer,
+                                     *batch(length, batch_size, generator, device, distractors))
         record["iterations"] += 1
         record["streak"] = record["streak"] + 1 if accuracy == 1.0 else 0
         record["converged"] = record["streak"] >= CONVERGED_AFTER
         record["wall_time_s"] = time.perf_counter() - start
         record["curve"].append([record["iterations"], round(loss, 6), accuracy,
-                                round(record["wall_time_s"], 3)])
+                                round(record["wall_time_s"], 3),
+                                None if apart is None else round(apart, 4)])
         if progress:
             _progress(record, max_iterations)
         stop = deadline is not None and time.perf_counter() > deadline
@@ -249,12 +274,33 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
     return record
 
 
+def _separations(curve: list) -> list:
+    """The `separation` of each row of a learning curve; None for rows from before it was
+    recorded (a run resumed from an older checkpoint)."""
+    return [row[4] if len(row) > 4 else None for row in curve]
+
+
+def separated_at(curve: list, threshold: float = SEPARATED,
+                 window: int = SEPARATION_WINDOW) -> int | None:
+    """The first iteration of a learning curve at which the mean `separation` of the last
+    ``window`` iterations (those that have one) reached ``threshold``; None if it never did."""
+    values = _separations(curve)
+    for end in range(window, len(curve) + 1):
+        recent = [value for value in values[end - window:end] if value is not None]
+        if recent and np.mean(recent) >= threshold:
+            return curve[end - 1][0]
+    return None
+
+
 def _progress(record: dict, total: int, width: int = 30) -> None:
     done = int(width * record["iterations"] / total)
-    _, loss, accuracy, elapsed = record["curve"][-1]
+    _, loss, accuracy, elapsed = record["curve"][-1][:4]
+    recent = [value for value in _separations(record["curve"][-SEPARATION_WINDOW:])
+              if value is not None]
+    apart = f"  d' {np.mean(recent):.1f}" if recent else ""
     print(f"\r[{'#' * done}{'.' * (width - done)}] {record['iterations']} it  loss {loss:.4f}  "
-          f"acc {accuracy:.2f}  streak {record['streak']}/{CONVERGED_AFTER}  {elapsed:.0f} s",
-          end="", file=sys.stderr, flush=True)
+          f"acc {accuracy:.2f}{apart}  streak {record['streak']}/{CONVERGED_AFTER}  "
+          f"{elapsed:.0f} s", end="", file=sys.stderr, flush=True)
 
 
 def _duration(seconds: float) -> str:
@@ -265,26 +311,33 @@ def _duration(seconds: float) -> str:
 
 
 def plot(record: dict, path: Path) -> None:
-    """The learning curve (loss and accuracy per iteration) as a PNG."""
+    """The learning curve (loss, accuracy and the classes' `separation` per iteration) as a
+    PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    iterations, losses, accuracies, _ = zip(*record["curve"], strict=True)
+    iterations = [row[0] for row in record["curve"]]
     window = max(1, min(50, len(iterations) // 20))  # a minibatch of 4 is right 0 to 4 times
-    figure, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(7, 5))
-    for axes, values, label in ((top, losses, "cross-entropy"),
-                                (bottom, accuracies, "minibatch accuracy")):
+    figure, panels = plt.subplots(3, 1, sharex=True, figsize=(7, 7))
+    rows = ((1, "cross-entropy"), (2, "minibatch accuracy"), (4, "separation d'"))
+    for axes, (column, label) in zip(panels, rows, strict=True):
+        values = np.array([np.nan if len(row) <= column or row[column] is None else row[column]
+                           for row in record["curve"]], dtype=float)
         axes.plot(iterations, values, color="0.75", linewidth=0.5)
-        mean = np.convolve(values, np.ones(window) / window, mode="valid")
-        axes.plot(iterations[window - 1:], mean, label=f"mean of {window}")
+        if len(values) >= window:  # a running mean that skips the iterations without a value
+            present = np.convolve(~np.isnan(values), np.ones(window), mode="valid")
+            total = np.convolve(np.nan_to_num(values), np.ones(window), mode="valid")
+            with np.errstate(invalid="ignore", divide="ignore"):
+                axes.plot(iterations[window - 1:], total / present, label=f"mean of {window}")
         axes.set_ylabel(label)
-    bottom.legend(loc="upper left")
-    bottom.set_xlabel("iteration")
+    panels[2].axhline(0, color="0.5", linewidth=0.5)
+    panels[1].legend(loc="upper left")
+    panels[2].set_xlabel("iteration")
     status = "converged" if record["converged"] else "not converged"
-    top.set_title(f"{record['model']}, length {record['length']:,}: {status} after "
-                  f"{record['iterations']} iterations, {_duration(record['wall_time_s'])}")
+    panels[0].set_title(f"{record['model']}, length {record['length']:,}: {status} after "
+                        f"{record['iterations']} iterations, {_duration(record['wall_time_s'])}")
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
@@ -334,8 +387,12 @@ def main(argv: list[str] | None = None) -> dict:
     except ImportError:
         print("matplotlib is missing: no plot (pip install 'cuscan[docs]')", file=sys.stderr)
     status = "converged" if record["converged"] else "did not converge"
+    apart = separated_at(record["curve"])
+    apart = (f"the classes {SEPARATED:g} deviations apart (d', the mean of "
+             f"{SEPARATION_WINDOW}) from iteration {apart}" if apart is not None
+             else f"d' never {SEPARATED:g} (the mean of {SEPARATION_WINDOW})")
     print(f"{args.model} at length {args.length:,}: {status} after {record['iterations']} "
-          f"iterations in {record['wall_time_s']:.1f} s")
+          f"iterations in {record['wall_time_s']:.1f} s; {apart}")
     return record
 
 

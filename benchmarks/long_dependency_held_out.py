@@ -100,8 +100,8 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
         update"), ``sequences``, ``held_out_seed`` (the sequences' generator's), ``correct``
         (how many were classified right), ``accuracy``, ``cross_entropy`` (the mean),
         ``margin`` (the minimum, median and mean of the logit times the sign), ``ranked``
-        (`ranked`), the ``logits`` of each class (count, min, mean, max) and
-        ``wall_time_s``.
+        (`ranked`), ``separation`` (`long_dependency.separation`, d'), the ``logits`` of
+        each class (count, min, mean, max) and ``wall_time_s``.
     """
     if sequences < 1 or batch_size < 1:
         raise ValueError(f"`sequences` and `batch_size` must be at least 1; got {sequences} "
@@ -145,6 +145,8 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
             "margin": {"min": float(margins.min()), "median": float(np.median(margins)),
                        "mean": float(margins.mean())},
             "ranked": ranked(logits[positive], logits[~positive]),
+            "separation": long_dependency.separation(torch.from_numpy(logits),
+                                                     torch.from_numpy(positive)),
             "logits": {name: {"count": int(part.size),
                               **({"min": float(part.min()), "mean": float(part.mean()),
                                   "max": float(part.max())} if part.size else {})}
@@ -189,7 +191,8 @@ def main(argv: list[str] | None = None) -> dict:
           f"{row['weights']}): {row['correct']} of "
           f"{row['sequences']} held-out sequences right, cross-entropy "
           f"{row['cross_entropy']:.4f}, margin min {margin['min']:.3g}, median "
-          f"{margin['median']:.3g}; classes ranked {row['ranked']}")
+          f"{margin['median']:.3g}; classes ranked {row['ranked']}, d' "
+          f"{row['separation']}")
     return row
 
 

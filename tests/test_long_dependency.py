@@ -50,6 +50,8 @@ def test_gilr_lstm_learns_at_length_64(tmp_path, capsys):
     assert record["converged"], record["curve"][-10:]
     assert record["streak"] == long_dependency.CONVERGED_AFTER
     assert [row[2] for row in record["curve"][-5:]] == [1.0] * 5
+    # Five minibatches without error put the classes apart.
+    assert all(row[4] > 0 for row in record["curve"][-5:])
     # What it learned holds on sequences it was not trained on.
     row = long_dependency_held_out.main(["--checkpoint", str(checkpoint), "--sequences", "40",
                                          "--batch-size", "16", "--device", "cpu",
@@ -62,9 +64,49 @@ def test_gilr_lstm_learns_at_length_64(tmp_path, capsys):
     assert (row["margin"]["min"] > 0) == (row["correct"] == 40)  # a margin < 0 is a mistake
     assert row["cross_entropy"] < 0.5
     assert row["ranked"] >= 0.9
+    assert row["separation"] > 2
     assert row["logits"]["positive"]["count"] + row["logits"]["negative"]["count"] == 40
     assert row["logits"]["positive"]["mean"] > row["logits"]["negative"]["mean"]
     assert "of 40 held-out sequences right" in capsys.readouterr().out
+
+
+def test_separation_is_the_sensitivity_index():
+    labels = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    # Class means 2 and -2, each logit 1 from its class's mean: 4 deviations apart.
+    assert long_dependency.separation(torch.tensor([1.0, 3.0, -1.0, -3.0]), labels) == 4.0
+    assert long_dependency.separation(torch.tensor([-1.0, -3.0, 1.0, 3.0]), labels) == -4.0
+    # Shifting every logit moves the threshold, not the separation.
+    assert long_dependency.separation(torch.tensor([11.0, 13.0, 9.0, 7.0]), labels) == 4.0
+    assert long_dependency.separation(torch.tensor([1.0, 2.0, 3.0, 4.0]),
+                                      torch.ones(4)) is None  # one class
+    assert long_dependency.separation(torch.tensor([1.0, 1.0, 0.0, 0.0]),
+                                      labels) is None  # no spread within a class
+    # Logits that differ in their last few bits, as at chance on long sequences.
+    close = torch.tensor([0.0, 2.0, -0.5, -1.5]) * 2.0**-20 + 1
+    assert long_dependency.separation(close, labels) == pytest.approx(2 / 0.625**0.5)
+
+
+def test_separated_at_is_where_the_running_mean_first_reaches_the_threshold():
+    curve = [[i, 0.69, 0.5, 0.1 * i, d] for i, d in enumerate(
+        [0.0, None, 1.0, 2.0, 3.0, None, 5.0, 1.0], start=1)]
+    assert long_dependency.separated_at(curve, threshold=2.0, window=2) == 5  # mean(2, 3)
+    assert long_dependency.separated_at(curve, threshold=2.0, window=3) == 5  # mean(2, 3)
+    assert long_dependency.separated_at(curve, threshold=4.0, window=2) == 7  # mean(5)
+    assert long_dependency.separated_at(curve, threshold=6.0, window=2) is None
+    assert long_dependency.separated_at(curve[:1], window=2) is None  # shorter than the window
+    old = [row[:4] for row in curve]  # from before the separation was recorded
+    assert long_dependency.separated_at(old, threshold=0.0, window=2) is None
+
+
+def test_plot_takes_curves_from_before_the_separation(tmp_path):
+    require("matplotlib")
+    record = {"model": "gilr-lstm", "length": 8, "converged": False, "iterations": 4,
+              "wall_time_s": 1.0,
+              "curve": [[1, 0.7, 0.5, 0.2], [2, 0.69, 0.5, 0.4],  # resumed from an old run
+                        [3, 0.68, 0.75, 0.6, 0.5], [4, 0.6, 1.0, 0.8, None]]}
+    long_dependency.plot(record, tmp_path / "curve.png")
+    assert (tmp_path / "curve.png").stat().st_size > 0
+    assert long_dependency._separations(record["curve"]) == [None, None, 0.5, None]
 
 
 def test_held_out_ranking_is_the_area_under_the_roc_curve():
@@ -150,6 +192,7 @@ def test_command_line_writes_json_and_plot(tmp_path):
     record = json.loads((tmp_path / "long_dependency_lstm_8.json").read_text())
     assert record["iterations"] == 3
     assert len(record["curve"]) == 3
+    assert all(len(row) == 5 for row in record["curve"])
     assert record["device"] == "cpu"
     assert (tmp_path / "long_dependency_lstm_8.png").stat().st_size > 0
 
@@ -163,6 +206,8 @@ def test_scaling_records_each_run_once(tmp_path, capsys):
     rows = long_dependency_scaling.main(argv)
     assert sorted(row["length"] for row in rows) == [8, 12]
     assert all(row["iterations"] == 3 and not row["converged"] for row in rows)
+    assert all(isinstance(row["mean_separation_last_100"], float) for row in rows)
+    assert all(row["separated_at"] is None or 1 <= row["separated_at"] <= 3 for row in rows)
     assert "| gilr-lstm | others | 4 | 4 | 0.01 | 1e-08 | >3 | >3 |" in capsys.readouterr().out
     again = long_dependency_scaling.main([*argv, "--seeds", "0,1"])  # seed 0's runs are kept
     assert sorted((row["length"], row["seed"]) for row in again) == [
