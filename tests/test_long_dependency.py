@@ -90,7 +90,7 @@ def test_separated_at_is_where_the_running_mean_first_reaches_the_threshold():
     curve = [[i, 0.69, 0.5, 0.1 * i, d] for i, d in enumerate(
         [0.0, None, 1.0, 2.0, 3.0, None, 5.0, 1.0], start=1)]
     assert long_dependency.separated_at(curve, threshold=2.0, window=2) == 5  # mean(2, 3)
-    assert long_dependency.separated_at(curve, threshold=2.0, window=3) == 5  # mean(2, 3)
+    assert long_dependency.separated_at(curve, threshold=2.0, window=3) == 5  # mean(1, 2, 3)
     assert long_dependency.separated_at(curve, threshold=4.0, window=2) == 7  # mean(5)
     assert long_dependency.separated_at(curve, threshold=6.0, window=2) is None
     assert long_dependency.separated_at(curve[:1], window=2) is None  # shorter than the window
