@@ -163,7 +163,8 @@ def separation(logits: torch.Tensor, labels: torch.Tensor) -> float | None:
     deviation (the sensitivity index d'). It grows while the accuracy is still at chance:
     a network can order the classes well before its threshold sits between them. None for
     a minibatch of one class, or whose logits do not vary within each class."""
-    logits = logits.detach().double()
+    # On the host: a minibatch of logits, where on a device each mask and mean below waits.
+    logits, labels = logits.detach().double().cpu(), labels.cpu()
     positive, negative = logits[labels == 1], logits[labels == 0]
     if not len(positive) or not len(negative):
         return None
@@ -280,14 +281,19 @@ def _separations(curve: list) -> list:
     return [row[4] if len(row) > 4 else None for row in curve]
 
 
+def mean_separation(curve: list) -> float | None:
+    """The mean `separation` of the rows of a learning curve that have one; None if none has."""
+    values = [value for value in _separations(curve) if value is not None]
+    return float(np.mean(values)) if values else None
+
+
 def separated_at(curve: list, threshold: float = SEPARATED,
                  window: int = SEPARATION_WINDOW) -> int | None:
     """The first iteration of a learning curve at which the mean `separation` of the last
     ``window`` iterations (those that have one) reached ``threshold``; None if it never did."""
-    values = _separations(curve)
     for end in range(window, len(curve) + 1):
-        recent = [value for value in values[end - window:end] if value is not None]
-        if recent and np.mean(recent) >= threshold:
+        mean = mean_separation(curve[end - window:end])
+        if mean is not None and mean >= threshold:
             return curve[end - 1][0]
     return None
 
@@ -295,9 +301,8 @@ def separated_at(curve: list, threshold: float = SEPARATED,
 def _progress(record: dict, total: int, width: int = 30) -> None:
     done = int(width * record["iterations"] / total)
     _, loss, accuracy, elapsed = record["curve"][-1][:4]
-    recent = [value for value in _separations(record["curve"][-SEPARATION_WINDOW:])
-              if value is not None]
-    apart = f"  d' {np.mean(recent):.1f}" if recent else ""
+    recent = mean_separation(record["curve"][-SEPARATION_WINDOW:])
+    apart = "" if recent is None else f"  d' {recent:.1f}"
     print(f"\r[{'#' * done}{'.' * (width - done)}] {record['iterations']} it  loss {loss:.4f}  "
           f"acc {accuracy:.2f}{apart}  streak {record['streak']}/{CONVERGED_AFTER}  "
           f"{elapsed:.0f} s", end="", file=sys.stderr, flush=True)

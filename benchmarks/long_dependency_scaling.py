@@ -84,14 +84,13 @@ def run(settings: dict, max_iterations: int, device: str, threads: int) -> dict:
     record = long_dependency.train(**settings, max_iterations=max_iterations, device=device,
                                    progress=False)
     losses = [row[1] for row in record["curve"][-100:]]
-    apart = [value for value in long_dependency._separations(record["curve"][-100:])
-             if value is not None]
+    apart = long_dependency.mean_separation(record["curve"][-100:])
     return {**settings, "max_iterations": max_iterations,
             "iterations": record["iterations"], "converged": record["converged"],
             "wall_time_s": round(record["wall_time_s"], 1),
             "ms_per_iteration": round(1e3 * record["wall_time_s"] / record["iterations"], 1),
             "mean_loss_last_100": round(sum(losses) / len(losses), 4),
-            "mean_separation_last_100": round(float(np.mean(apart)), 2) if apart else None,
+            "mean_separation_last_100": None if apart is None else round(apart, 2),
             "separated_at": long_dependency.separated_at(record["curve"])}
 
 
