@@ -24,9 +24,10 @@ accuracy, the wall time so far, and how far apart the network put the two classe
 logits (`separation`, d'), which shows a run learning long before its accuracy does.
 Settings other than the defaults are in the name, so that runs at other settings
 keep their own files: ``..._all`` with ``--distractors all``, ``..._lr0.003`` where
-the learning rate is not ``1e-3``, and ``..._eps1e-09`` where Adam's eps is not
-torch's ``1e-8``, as by default beyond 1,024 steps (see `scaled_epsilon`), in that
-order.
+the learning rate is not ``1e-3``, ``..._hlr0.000375`` where the weights that read a
+hidden state have a rate of their own (``--hidden-learning-rate``), and
+``..._eps1e-09`` where Adam's eps is not torch's ``1e-8``, as by default beyond 1,024
+steps (see `scaled_epsilon`), in that order.
 """
 
 from __future__ import annotations
@@ -84,12 +85,15 @@ def scaled_epsilon(length: int) -> float:
 
 
 def run_name(model: str, length: int, distractors: str = "others",
-             adam_epsilon: float = ADAM_EPSILON, learning_rate: float = LEARNING_RATE) -> str:
-    """The stem of a run's files: its model and length, and its distractors, learning rate
+             adam_epsilon: float = ADAM_EPSILON, learning_rate: float = LEARNING_RATE,
+             hidden_learning_rate: float | None = None) -> str:
+    """The stem of a run's files: its model and length, and its distractors, learning rates
     and Adam's ``eps`` where they are not the defaults (see the module doc)."""
     name = f"long_dependency_{model}_{length}"
     name += "" if distractors == "others" else f"_{distractors}"
     name += "" if learning_rate == LEARNING_RATE else f"_lr{learning_rate:g}"
+    name += ("" if hidden_learning_rate in (None, learning_rate)
+             else f"_hlr{hidden_learning_rate:g}")
     return name + ("" if adam_epsilon == ADAM_EPSILON else f"_eps{adam_epsilon:g}")
 
 
@@ -130,6 +134,18 @@ class Classifier(torch.nn.Module):
         else:
             raise ValueError(f"`model` must be 'gilr-lstm' or 'lstm'; got {model!r}")
         self.head = torch.nn.Linear(hidden, 1)
+
+    def hidden_weights(self) -> list:
+        """The weight matrices that read a hidden state, ``hidden`` values summed into each
+        output: the recurrent weights, the second layer's input weights and the head's.
+        The rest read the one-hot inputs (the first layer's input weights), or are biases."""
+        if isinstance(self.recurrent, GILRLSTM):
+            first = self.recurrent.layers[0]
+            reads_inputs = [first.surrogate.linear.weight, first.inputs.weight]
+        else:
+            reads_inputs = [self.recurrent.weight_ih_l0]
+        return [weight for weight in self.parameters()
+                if weight.ndim == 2 and all(weight is not other for other in reads_inputs)]
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         output, _ = self.recurrent(inputs)
@@ -193,7 +209,7 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
           max_minutes: float | None = None, seed: int = 0, device: str = "cpu",
           checkpoint: Path | None = None, checkpoint_every: int = 100,
           progress: bool = True, compiled: bool = False, distractors: str = "others",
-          adam_epsilon: float = ADAM_EPSILON) -> dict:
+          adam_epsilon: float = ADAM_EPSILON, hidden_learning_rate: float | None = None) -> dict:
     """Train until convergence or a limit; return the run's record (see the module doc).
 
     With ``compiled``, the network runs through ``torch.compile`` (one graph, its
@@ -209,6 +225,15 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
     docs/long_dependency.md). The command line's default is `scaled_epsilon`;
     this function's is torch's, which `long_dependency_scaling` keeps so as to
     compare lengths at one ``eps``.
+
+    ``hidden_learning_rate`` is Adam's rate for the weights that read a hidden state
+    (`Classifier.hidden_weights`; by default ``learning_rate``), ``learning_rate``
+    staying that of the first layer's input weights and the biases. Adam moves every
+    weight by about its rate, whatever its gradient, so an output that sums ``hidden``
+    of them moves up to ``hidden`` times as far, where their steps agree: a rate that
+    suits 64 units can be too high for 512. Scaling the rate of those weights alone as
+    ``1 / hidden`` (as in Yang et al. 2021, "Tuning Large Neural Networks via Zero-Shot
+    Hyperparameter Transfer") keeps the rest at the rate that suits the inputs.
     """
     _check_distractors(distractors)  # before a checkpoint's settings are compared with it
     torch.manual_seed(seed)
@@ -216,10 +241,22 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
     network, forward = build(model, hidden, length, device, compiled)
     if not adam_epsilon > 0:
         raise ValueError(f"`adam_epsilon` must be positive; got {adam_epsilon!r}")
-    optimizer = torch.optim.Adam(network.parameters(), lr=learning_rate, eps=adam_epsilon)
+    if hidden_learning_rate is None:
+        hidden_learning_rate = learning_rate
+    if not hidden_learning_rate > 0:
+        raise ValueError(f"`hidden_learning_rate` must be positive or None; "
+                         f"got {hidden_learning_rate!r}")
+    # One group where the rates agree, as in the checkpoints from before there were two.
+    reads_hidden = network.hidden_weights() if hidden_learning_rate != learning_rate else []
+    rest = [weight for weight in network.parameters()
+            if all(weight is not other for other in reads_hidden)]
+    optimizer = torch.optim.Adam(
+        [{"params": rest}] + ([{"params": reads_hidden, "lr": hidden_learning_rate}]
+                              if reads_hidden else []),
+        lr=learning_rate, eps=adam_epsilon)
     record = {"model": model, "length": length, "hidden": hidden, "batch_size": batch_size,
-              "learning_rate": learning_rate, "seed": seed, "distractors": distractors,
-              "adam_epsilon": adam_epsilon,
+              "learning_rate": learning_rate, "hidden_learning_rate": hidden_learning_rate,
+              "seed": seed, "distractors": distractors, "adam_epsilon": adam_epsilon,
               "iterations": 0, "streak": 0,
               "converged": False, "wall_time_s": 0.0, "curve": []}
     if checkpoint is not None and checkpoint.exists():
@@ -228,12 +265,14 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
         saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
         # The optimizer's state holds its own learning rate and epsilon: resuming with other
         # settings would silently train on with the saved ones. Runs from before
-        # ``distractors`` drew from all directions, and before ``adam_epsilon`` used torch's.
+        # ``distractors`` drew from all directions, before ``adam_epsilon`` used torch's,
+        # and before ``hidden_learning_rate`` had one rate.
         saved["record"].setdefault("distractors", "all")
         saved["record"].setdefault("adam_epsilon", ADAM_EPSILON)
+        saved["record"].setdefault("hidden_learning_rate", saved["record"]["learning_rate"])
         differ = [f"{name} {saved['record'][name]!r} (given {record[name]!r})"
                   for name in ("model", "length", "hidden", "batch_size", "learning_rate",
-                               "seed", "distractors", "adam_epsilon")
+                               "hidden_learning_rate", "seed", "distractors", "adam_epsilon")
                   if saved["record"][name] != record[name]]
         if differ:
             raise ValueError(f"checkpoint {checkpoint} was made with other settings: "
@@ -355,6 +394,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--hidden", type=int, default=512)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
+    parser.add_argument("--hidden-learning-rate", type=float, default=None,
+                        help="Adam's rate for the weights that read a hidden state (the "
+                        "recurrent weights, the second layer's input weights, the head); "
+                        "default: --learning-rate")
     parser.add_argument("--max-iterations", type=int, default=100_000)
     parser.add_argument("--max-minutes", type=float, default=None,
                         help="stop (and checkpoint) after this long; run again to resume")
@@ -380,12 +423,13 @@ def main(argv: list[str] | None = None) -> dict:
     record = train(args.model, args.length, args.hidden, args.batch_size, args.learning_rate,
                    args.max_iterations, args.max_minutes, args.seed, args.device,
                    args.checkpoint, compiled=args.compile, distractors=args.distractors,
-                   adam_epsilon=args.adam_epsilon)
+                   adam_epsilon=args.adam_epsilon,
+                   hidden_learning_rate=args.hidden_learning_rate)
     record["device"] = _common.torch_device_name(args.device)
     record["environment"] = {**_common.environment(), "torch": torch.__version__}
     args.out.mkdir(parents=True, exist_ok=True)
     name = run_name(args.model, args.length, args.distractors, args.adam_epsilon,
-                    args.learning_rate)
+                    args.learning_rate, args.hidden_learning_rate)
     (args.out / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
     try:
         plot(record, args.out / f"{name}.png")

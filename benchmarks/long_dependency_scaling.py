@@ -12,9 +12,10 @@ Each finished run is added to ``results/long_dependency_scaling_<device>.json``
 (a run already there with the same settings is skipped, unless it stopped short
 of convergence at a lower ``--max-iterations``, when it is run again and
 replaced), and a table of all the runs there is printed: per length,
-distractors and learning rate, each seed's iterations, or ``>N`` where it had
-not converged after ``N``. With ``--jobs`` above 1 the runs share the CPU, so their times
-per iteration are those of a shared machine.
+distractors and learning rates (``--hidden-learning-rate`` gives the weights
+that read a hidden state a rate of their own), each seed's iterations, or ``>N``
+where it had not converged after ``N``. With ``--jobs`` above 1 the runs share
+the CPU, so their times per iteration are those of a shared machine.
 
 A second table fits how the iterations grow: per model, size and learning rate,
 the mean of the runs that learned at each length (with how many of how many
@@ -46,17 +47,19 @@ import torch
 from benchmarks import _common, long_dependency
 
 SETTINGS = ("model", "length", "hidden", "batch_size", "learning_rate", "seed", "distractors",
-            "adam_epsilon")
-GROUP = ("model", "distractors", "hidden", "batch_size", "learning_rate", "adam_epsilon")
+            "adam_epsilon", "hidden_learning_rate")
+GROUP = ("model", "distractors", "hidden", "batch_size", "learning_rate", "hidden_learning_rate",
+         "adam_epsilon")
 # ``GROUP`` is a line of the tables.
 
 
 def _load(path: Path) -> dict:
-    """The record at ``path``, its runs from before ``adam_epsilon`` given torch's, which they
-    used."""
+    """The record at ``path``, its runs from before ``adam_epsilon`` given torch's, and from
+    before ``hidden_learning_rate`` their one rate, which they used."""
     saved = json.loads(path.read_text())
     for row in saved["runs"]:
         row.setdefault("adam_epsilon", long_dependency.ADAM_EPSILON)
+        row.setdefault("hidden_learning_rate", row["learning_rate"])
     return saved
 
 
@@ -95,20 +98,20 @@ def run(settings: dict, max_iterations: int, device: str, threads: int) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    """Markdown: a line per model, size, learning rate and Adam's eps, a column per length."""
+    """Markdown: a line per model, size, learning rates and Adam's eps, a column per length."""
     lengths = sorted({row["length"] for row in rows})
     groups = _by_setting(sorted(rows, key=lambda row: row["seed"]))
-    lines = ["| model | distractors | hidden | batch | learning rate | Adam eps | "
+    lines = ["| model | distractors | hidden | batch | learning rate | hidden's rate | Adam eps | "
              + " | ".join(f"T = {length:,}" for length in lengths) + " |",
-             "| --- | --- | ---: | ---: | ---: | ---: | "
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | "
              + " | ".join("---:" for _ in lengths) + " |"]
-    for (model, distractors, hidden, batch_size, rate, epsilon), by_length in sorted(
+    for (model, distractors, hidden, batch_size, rate, hidden_rate, epsilon), by_length in sorted(
             groups.items()):
         cells = (", ".join(str(row["iterations"]) if row["converged"]
                            else f">{row['iterations']}" for row in by_length.get(length, []))
                  or "-" for length in lengths)
         lines.append(f"| {model} | {distractors} | {hidden} | {batch_size} | {rate:g} | "
-                     f"{epsilon:g} | " + " | ".join(cells) + " |")
+                     f"{hidden_rate:g} | {epsilon:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -165,10 +168,10 @@ def growth_table(fits: list[dict], to_length: int, fit_from: int = 1) -> str:
     """Markdown: a line per group, its means per length and its two extrapolations
     (fitted from ``fit_from`` steps on)."""
     since = f" (from T = {fit_from:,})" if fit_from > 1 else ""
-    lines = ["| model | distractors | hidden | batch | learning rate | Adam eps | mean iterations "
-             f"of those that learned (learned of runs), per length | per doubling{since} | "
-             f"at T = {to_length:,} |",
-             "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
+    lines = ["| model | distractors | hidden | batch | learning rate | hidden's rate | Adam eps | "
+             "mean iterations of those that learned (learned of runs), per length | "
+             f"per doubling{since} | at T = {to_length:,} |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |"]
     for fit in fits:
         means = ", ".join(
             f"{length:,}: {'-' if mean is None else f'{mean:,.0f}'} ({learned} of {runs})"
@@ -182,7 +185,8 @@ def growth_table(fits: list[dict], to_length: int, fit_from: int = 1) -> str:
             doubling = extrapolated = "-"
         lines.append(f"| {fit['model']} | {fit['distractors']} | {fit['hidden']} | "
                      f"{fit['batch_size']} | {fit['learning_rate']:g} | "
-                     f"{fit['adam_epsilon']:g} | {means} | {doubling} | "
+                     f"{fit['hidden_learning_rate']:g} | {fit['adam_epsilon']:g} | {means} | "
+                     f"{doubling} | "
                      f"{extrapolated} |")
     return "\n".join(lines)
 
@@ -210,6 +214,8 @@ def plot(rows: list[dict], path: Path) -> None:
             style = ("-", "--", ":")[index // 10 % 3]
             label = (f"{fit['model']}, rate {fit['learning_rate']:g}, batch {fit['batch_size']}"
                      f", hidden {fit['hidden']}"
+                     + ("" if fit["hidden_learning_rate"] == fit["learning_rate"]
+                        else f" (their rate {fit['hidden_learning_rate']:g})")
                      + ("" if fit["adam_epsilon"] == long_dependency.ADAM_EPSILON
                         else f", Adam eps {fit['adam_epsilon']:g}"))
             points = [(length, mean) for length, mean in zip(fit["lengths"], fit["means"],
@@ -246,6 +252,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--adam-epsilon", type=float, default=long_dependency.ADAM_EPSILON,
                         help="Adam's eps (see long_dependency)")
+    parser.add_argument("--hidden-learning-rate", type=float, default=None,
+                        help="Adam's rate for the weights that read a hidden state (see "
+                        "long_dependency; default: each run's learning rate)")
     parser.add_argument("--max-iterations", type=int, default=1500)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--jobs", type=int, default=1,
@@ -277,7 +286,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     done = {_key(row) for row in saved["runs"]
             if row["converged"] or row["max_iterations"] >= args.max_iterations}
     todo = [dict(zip(SETTINGS, (args.model, length, args.hidden, args.batch_size, rate, seed,
-                                args.distractors, args.adam_epsilon), strict=True))
+                                args.distractors, args.adam_epsilon,
+                                rate if args.hidden_learning_rate is None
+                                else args.hidden_learning_rate), strict=True))
             for length in args.lengths for rate in args.learning_rates for seed in args.seeds]
     todo = [settings for settings in todo
             if _key(settings) not in done]
@@ -296,7 +307,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
             saved["device"] = device_name
             path.write_text(json.dumps(saved, indent=1) + "\n")
             status = "converged" if row["converged"] else "did not converge"
-            print(f"T = {row['length']:,}, rate {row['learning_rate']:g}, seed {row['seed']}: "
+            rates = (f"{row['learning_rate']:g}"
+                     + ("" if row["hidden_learning_rate"] == row["learning_rate"]
+                        else f" (hidden weights {row['hidden_learning_rate']:g})"))
+            print(f"T = {row['length']:,}, rate {rates}, seed {row['seed']}: "
                   f"{status} after {row['iterations']} iterations ({row['wall_time_s']} s)",
                   flush=True)
     if saved["runs"]:

@@ -58,6 +58,7 @@ def test_gilr_lstm_learns_at_length_64(tmp_path, capsys):
                                          "--out", str(tmp_path)])
     assert (row["length"], row["iterations"], row["sequences"]) == (64, record["iterations"], 40)
     assert row["held_out_seed"] == record["seed"] + long_dependency_held_out.SEED_OFFSET
+    assert row["learning_rate"] == row["hidden_learning_rate"] == 1e-2
     assert row["correct"] >= 36
     assert row["accuracy"] == row["correct"] / 40
     assert row["margin"]["min"] <= row["margin"]["median"]
@@ -208,7 +209,8 @@ def test_scaling_records_each_run_once(tmp_path, capsys):
     assert all(row["iterations"] == 3 and not row["converged"] for row in rows)
     assert all(isinstance(row["mean_separation_last_100"], float) for row in rows)
     assert all(row["separated_at"] is None or 1 <= row["separated_at"] <= 3 for row in rows)
-    assert "| gilr-lstm | others | 4 | 4 | 0.01 | 1e-08 | >3 | >3 |" in capsys.readouterr().out
+    assert ("| gilr-lstm | others | 4 | 4 | 0.01 | 0.01 | 1e-08 | >3 | >3 |"
+            in capsys.readouterr().out)
     again = long_dependency_scaling.main([*argv, "--seeds", "0,1"])  # seed 0's runs are kept
     assert sorted((row["length"], row["seed"]) for row in again) == [
         (8, 0), (8, 1), (12, 0), (12, 1)]
@@ -224,9 +226,11 @@ def test_scaling_records_each_run_once(tmp_path, capsys):
 
 
 def _run(length, iterations, converged=True, seed=0, **settings):
+    rate = settings.get("learning_rate", 3e-3)
     return {"model": "gilr-lstm", "distractors": "others", "hidden": 4, "batch_size": 4,
-            "learning_rate": 3e-3, "adam_epsilon": 1e-8, "length": length, "seed": seed,
-            "iterations": iterations, "converged": converged, **settings}
+            "learning_rate": rate, "hidden_learning_rate": rate, "adam_epsilon": 1e-8,
+            "length": length, "seed": seed, "iterations": iterations, "converged": converged,
+            **settings}
 
 
 def test_scaling_growth_fits_factor_and_count():
@@ -253,10 +257,10 @@ def test_scaling_growth_fits_factor_and_count():
     assert steady["count"] == pytest.approx(62.5)  # the line through the three means
     assert steady["at_length_by_count"] == pytest.approx(62.5 * 20 + 475 / 3 - 62.5 * 9)
     table = long_dependency_scaling.growth_table(list(fits.values()), 2**20)
-    assert ("| 0.003 | 1e-08 | 256: 100 (2 of 2), 512: 150 (1 of 2), 1,024: 225 (1 of 1) | "
+    assert ("| 0.003 | 0.003 | 1e-08 | 256: 100 (2 of 2), 512: 150 (1 of 2), 1,024: 225 (1 of 1) | "
             "1.50 times, or +6" in table)
     assert "| 12,975, or 846 |" in table
-    assert "| 0.001 | 1e-08 | 64: 300 (1 of 1), 128: - (0 of 1) | - | - |" in table
+    assert "| 0.001 | 0.001 | 1e-08 | 64: 300 (1 of 1), 128: - (0 of 1) | - | - |" in table
     # Fitted from 512 steps on: the means at every length, the fits from 150 and 225 alone.
     rows[0]["iterations"] = 10  # moves the mean at 256 steps, outside the fit
     fits = {fit["learning_rate"]: fit
@@ -283,7 +287,7 @@ def test_scaling_report_runs_nothing(tmp_path, capsys):
     (tmp_path / "long_dependency_scaling_cpu.json").write_text(json.dumps({"runs": rows}))
     assert long_dependency_scaling.main([*argv, "--extrapolate-to", "1024"]) == rows
     out = capsys.readouterr().out
-    assert "| gilr-lstm | others | 4 | 4 | 0.003 | 1e-08 | 100 | 150 |" in out
+    assert "| gilr-lstm | others | 4 | 4 | 0.003 | 0.003 | 1e-08 | 100 | 150 |" in out
     assert "256: 100 (1 of 1), 512: 150 (1 of 1) | - | - |" in out  # fitted from 1,024 steps
     long_dependency_scaling.main([*argv, "--extrapolate-to", "1024", "--fit-from", "256"])
     out = capsys.readouterr().out
@@ -337,6 +341,75 @@ def test_adam_epsilon_is_a_setting(tmp_path):
                                   adam_epsilon=wrong)
 
 
+@pytest.mark.parametrize("model", ["gilr-lstm", "lstm"])
+def test_hidden_weights_are_those_that_read_a_hidden_state(model):
+    network = long_dependency.Classifier(model, hidden=6, length=16)
+    if model == "gilr-lstm":
+        first, second = network.recurrent.layers
+        expected = [first.recurrent.weight, second.surrogate.linear.weight,
+                    second.inputs.weight, second.recurrent.weight, network.head.weight]
+    else:
+        lstm = network.recurrent
+        expected = [lstm.weight_hh_l0, lstm.weight_ih_l1, lstm.weight_hh_l1, network.head.weight]
+    assert {id(weight) for weight in network.hidden_weights()} == {id(w) for w in expected}
+    assert all(weight.shape[1] == 6 for weight in expected)
+    # Every other weight matrix reads the one-hot inputs.
+    others = [weight for weight in network.parameters()
+              if weight.ndim == 2 and all(weight is not w for w in expected)]
+    assert others
+    assert all(weight.shape[1] == long_dependency.P for weight in others)
+
+
+@pytest.mark.parametrize("model", ["gilr-lstm", "lstm"])
+def test_hidden_learning_rate_is_the_step_of_the_weights_that_read_a_hidden_state(
+        model, tmp_path):
+    checkpoint = tmp_path / "run.pt"
+    settings = {"model": model, "length": 16, "hidden": 6, "batch_size": 4,
+                "learning_rate": 1e-2, "max_iterations": 1, "checkpoint": checkpoint,
+                "progress": False}
+    record = long_dependency.train(**settings, hidden_learning_rate=1e-4)
+    assert record["hidden_learning_rate"] == 1e-4
+    torch.manual_seed(0)  # the initialisation of ``train(seed=0)``
+    start = long_dependency.Classifier(model, 6, 16)
+    trained, _ = long_dependency.load(checkpoint, "cpu")
+    reads_hidden = {id(weight) for weight in start.hidden_weights()}
+    steps = {True: [], False: []}
+    for before, after in zip(start.parameters(), trained.parameters(), strict=True):
+        steps[id(before) in reads_hidden].append((after - before).abs().max().item())
+    # Adam's first step moves each weight by its rate times g / (|g| + eps): at most the rate
+    # (to the float32 rounding of the weights), and nearly the rate where |g| >> eps.
+    assert max(steps[True]) == pytest.approx(1e-4, rel=1e-2)
+    assert max(steps[False]) == pytest.approx(1e-2, rel=1e-2)
+    # A rate of their own is a setting of the run, in its checkpoint.
+    with pytest.raises(ValueError, match=r"hidden_learning_rate 0\.0001 \(given 0\.01\)"):
+        long_dependency.train(**settings)
+    resumed = long_dependency.train(**{**settings, "max_iterations": 2},
+                                    hidden_learning_rate=1e-4)
+    assert resumed["iterations"] == 2
+    for wrong in (0.0, -1e-3, float("nan")):
+        with pytest.raises(ValueError, match="`hidden_learning_rate` must be positive"):
+            long_dependency.train(length=4, hidden=2, max_iterations=1, progress=False,
+                                  hidden_learning_rate=wrong)
+
+
+def test_one_learning_rate_is_one_group_as_before(tmp_path):
+    checkpoint = tmp_path / "run.pt"
+    settings = {"model": "gilr-lstm", "length": 16, "hidden": 4, "batch_size": 4,
+                "learning_rate": 3e-3, "max_iterations": 1, "checkpoint": checkpoint,
+                "progress": False}
+    record = long_dependency.train(**settings, hidden_learning_rate=3e-3)
+    assert record["hidden_learning_rate"] == 3e-3
+    saved = torch.load(checkpoint, weights_only=False)
+    assert [group["lr"] for group in saved["optimizer"]["param_groups"]] == [3e-3]
+    # A checkpoint from before the option had one rate for all its weights.
+    del saved["record"]["hidden_learning_rate"]
+    torch.save(saved, checkpoint)
+    with pytest.raises(ValueError, match=r"hidden_learning_rate 0\.003 \(given 0\.001\)"):
+        long_dependency.train(**settings, hidden_learning_rate=1e-3)
+    resumed = long_dependency.train(**{**settings, "max_iterations": 2})
+    assert (resumed["iterations"], resumed["hidden_learning_rate"]) == (2, 3e-3)
+
+
 def test_scaled_epsilon_is_a_decade_less_per_decade_of_length():
     scaled = long_dependency.scaled_epsilon
     assert [scaled(length) for length in (1, 1024, 2048, 8192, 2**20)] == [
@@ -363,6 +436,11 @@ def test_run_names_carry_the_settings_that_are_not_the_defaults(tmp_path):
         "long_dependency_lstm_8192"
     assert name("lstm", 2**20, adam_epsilon=1e-11, learning_rate=3e-4) == \
         "long_dependency_lstm_1048576_lr0.0003_eps1e-11"
+    assert name("gilr-lstm", 8192, adam_epsilon=1e-9, learning_rate=3e-3,
+                hidden_learning_rate=3.75e-4) == \
+        "long_dependency_gilr-lstm_8192_lr0.003_hlr0.000375_eps1e-09"
+    assert name("gilr-lstm", 1024, learning_rate=3e-3, hidden_learning_rate=3e-3) == \
+        "long_dependency_gilr-lstm_1024_lr0.003"
     # A run at another rate keeps its own files beside the default's.
     arguments = ["--model", "lstm", "--length", "8192", "--hidden", "2", "--batch-size", "1",
                  "--max-iterations", "1", "--device", "cpu", "--out", str(tmp_path)]
@@ -372,6 +450,25 @@ def test_run_names_carry_the_settings_that_are_not_the_defaults(tmp_path):
         "learning_rate"] == 3e-3
     assert json.loads((tmp_path / "long_dependency_lstm_8192_eps1e-09.json").read_text())[
         "learning_rate"] == 1e-3
+    long_dependency.main([*arguments, "--hidden-learning-rate", "1e-4"])
+    assert json.loads((tmp_path / "long_dependency_lstm_8192_hlr0.0001_eps1e-09.json")
+                      .read_text())["hidden_learning_rate"] == 1e-4
+
+
+def test_scaling_takes_a_rate_for_the_weights_that_read_a_hidden_state(tmp_path, capsys):
+    from benchmarks import long_dependency_scaling
+
+    argv = ["--lengths", "8", "--learning-rates", "1e-2,3e-3", "--seeds", "0", "--hidden", "4",
+            "--batch-size", "4", "--max-iterations", "1", "--device", "cpu", "--out",
+            str(tmp_path)]
+    rows = long_dependency_scaling.main(argv)
+    assert sorted(row["hidden_learning_rate"] for row in rows) == [3e-3, 1e-2]
+    rows = long_dependency_scaling.main([*argv, "--hidden-learning-rate", "1e-3"])
+    assert sorted((row["learning_rate"], row["hidden_learning_rate"]) for row in rows) == [
+        (3e-3, 1e-3), (3e-3, 3e-3), (1e-2, 1e-3), (1e-2, 1e-2)]
+    out = capsys.readouterr().out
+    assert "| gilr-lstm | others | 4 | 4 | 0.01 | 0.001 | 1e-08 | >1 |" in out
+    assert "| gilr-lstm | others | 4 | 4 | 0.01 | 0.01 | 1e-08 | >1 |" in out
 
 
 def test_scaling_record_from_before_adam_epsilon(tmp_path, capsys):
@@ -379,11 +476,11 @@ def test_scaling_record_from_before_adam_epsilon(tmp_path, capsys):
     from benchmarks import long_dependency_scaling
 
     old = _run(256, 100)
-    del old["adam_epsilon"]
+    del old["adam_epsilon"], old["hidden_learning_rate"]
     (tmp_path / "long_dependency_scaling_cpu.json").write_text(json.dumps({"runs": [old]}))
     rows = long_dependency_scaling.main(["--device", "cpu", "--out", str(tmp_path), "--report"])
     assert rows == [_run(256, 100)]
-    assert "| 0.003 | 1e-08 | 100 |" in capsys.readouterr().out
+    assert "| 0.003 | 0.003 | 1e-08 | 100 |" in capsys.readouterr().out
 
 
 def test_first_step_gradients_shrink_with_the_length(tmp_path, capsys):
@@ -616,3 +713,9 @@ def test_gpu_experiments_runs_table3_at_each_runs_rate(tmp_path):
     [run] = commands("--runs", "lstm:8192", "--learning-rate", "1e-3")
     assert run["--learning-rate"] == "1e-3"
     assert Path(run["--checkpoint"]).name == "long_dependency_lstm_8192_eps1e-09.pt"
+    assert run["--hidden-learning-rate"] == "1e-3"
+    [run] = commands("--runs", "gilr-lstm:8192", "--learning-rate", "3e-3",
+                     "--hidden-learning-rate", "3.75e-4")
+    assert (run["--learning-rate"], run["--hidden-learning-rate"]) == ("3e-3", "3.75e-4")
+    assert (Path(run["--checkpoint"]).name
+            == "long_dependency_gilr-lstm_8192_lr0.003_hlr0.000375_eps1e-09.pt")
