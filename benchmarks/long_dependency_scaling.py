@@ -215,7 +215,7 @@ def plot(rows: list[dict], path: Path) -> None:
             label = (f"{fit['model']}, rate {fit['learning_rate']:g}, batch {fit['batch_size']}"
                      f", hidden {fit['hidden']}"
                      + ("" if fit["hidden_learning_rate"] == fit["learning_rate"]
-                        else f" (their rate {fit['hidden_learning_rate']:g})")
+                        else f" (hidden weights' rate {fit['hidden_learning_rate']:g})")
                      + ("" if fit["adam_epsilon"] == long_dependency.ADAM_EPSILON
                         else f", Adam eps {fit['adam_epsilon']:g}"))
             points = [(length, mean) for length, mean in zip(fit["lengths"], fit["means"],

@@ -698,14 +698,17 @@ def test_gpu_experiments_runs_table3_at_each_runs_rate(tmp_path):
 
     runs = commands()
     assert [(run["--model"], run["--length"], run["--hidden"], run["--learning-rate"],
-             run["--adam-epsilon"]) for run in runs] == [
-        ("gilr-lstm", "1024", "512", "1e-3", "1e-08"), ("lstm", "1024", "512", "3e-4", "1e-08"),
-        ("gilr-lstm", "8192", "512", "1e-3", "1e-09"), ("lstm", "8192", "512", "3e-4", "1e-09"),
-        ("gilr-lstm", "1048576", "64", "3e-3", "1e-11")]
+             run["--hidden-learning-rate"], run["--adam-epsilon"]) for run in runs] == [
+        ("gilr-lstm", "1024", "512", "3e-3", "3.75e-4", "1e-08"),
+        ("lstm", "1024", "512", "3e-4", "3e-4", "1e-08"),
+        ("gilr-lstm", "8192", "512", "3e-3", "3.75e-4", "1e-09"),
+        ("lstm", "8192", "512", "3e-4", "3e-4", "1e-09"),
+        ("gilr-lstm", "1048576", "64", "3e-3", "3e-3", "1e-11")]
     for run in runs:
         name = long_dependency.run_name(run["--model"], int(run["--length"]),
                                         adam_epsilon=float(run["--adam-epsilon"]),
-                                        learning_rate=float(run["--learning-rate"]))
+                                        learning_rate=float(run["--learning-rate"]),
+                                        hidden_learning_rate=float(run["--hidden-learning-rate"]))
         assert Path(run["--checkpoint"]).name == f"{name}.pt"
     # The million-step run resumes from the checkpoint kept in the repository.
     assert (script.parents[1] / "benchmarks" / "results" / Path(runs[-1]["--checkpoint"]).name
@@ -714,6 +717,11 @@ def test_gpu_experiments_runs_table3_at_each_runs_rate(tmp_path):
     assert run["--learning-rate"] == "1e-3"
     assert Path(run["--checkpoint"]).name == "long_dependency_lstm_8192_eps1e-09.pt"
     assert run["--hidden-learning-rate"] == "1e-3"
+    # A rate given for all is the hidden weights' too, unless they are given their own.
+    [run] = commands("--runs", "gilr-lstm:8192", "--learning-rate", "1e-3")
+    assert (run["--learning-rate"], run["--hidden-learning-rate"]) == ("1e-3", "1e-3")
+    [run] = commands("--runs", "lstm:8192", "--hidden-learning-rate", "1e-4")
+    assert (run["--learning-rate"], run["--hidden-learning-rate"]) == ("3e-4", "1e-4")
     [run] = commands("--runs", "gilr-lstm:8192", "--learning-rate", "3e-3",
                      "--hidden-learning-rate", "3.75e-4")
     assert (run["--learning-rate"], run["--hidden-learning-rate"]) == ("3e-3", "3.75e-4")
