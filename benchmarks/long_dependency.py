@@ -52,6 +52,9 @@ LEARNING_RATE = 1e-3  # Adam's
 DISTRACTORS = ("others", "all")  # the directions the steps after the first are drawn from
 SEPARATION_WINDOW = 25  # iterations the progress line's mean separation is over
 SEPARATED = 2.0  # a mean separation taken to show the run learning (see `separated_at`)
+# What a run is: a checkpoint resumes only with these, and records of runs are keyed by them.
+SETTINGS = ("model", "length", "hidden", "batch_size", "learning_rate", "hidden_learning_rate",
+            "seed", "distractors", "adam_epsilon")
 
 
 def _check_distractors(distractors: str) -> None:
@@ -162,12 +165,23 @@ def build(model: str, hidden: int, length: int, device, compiled: bool = False) 
     return network, (torch.compile(network, fullgraph=True) if compiled else network)
 
 
+def _saved(checkpoint: Path) -> dict:
+    """A run's checkpoint, on the host, its record given the settings of the runs from before
+    each was recorded: their distractors drawn from all directions, torch's ``eps`` for Adam,
+    and one learning rate for all the weights."""
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    record = saved["record"]
+    record.setdefault("distractors", "all")
+    record.setdefault("adam_epsilon", ADAM_EPSILON)
+    record.setdefault("hidden_learning_rate", record["learning_rate"])
+    return saved
+
+
 def load(checkpoint: Path, device) -> tuple:
     """The `Classifier` of a run's checkpoint, with its trained weights, on ``device``, and
     the run's record (settings, iterations, learning curve) as saved with it."""
-    saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
+    saved = _saved(checkpoint)
     record = saved["record"]
-    record.setdefault("distractors", "all")  # runs from before the option drew from all
     network = Classifier(record["model"], record["hidden"], record["length"]).to(device)
     network.load_state_dict(saved["network"])
     return network, record
@@ -262,18 +276,11 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
     if checkpoint is not None and checkpoint.exists():
         # On the host: the loads below copy to the network's device, and a generator's state
         # is a host tensor whatever its device.
-        saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
-        # The optimizer's state holds its own learning rate and epsilon: resuming with other
-        # settings would silently train on with the saved ones. Runs from before
-        # ``distractors`` drew from all directions, before ``adam_epsilon`` used torch's,
-        # and before ``hidden_learning_rate`` had one rate.
-        saved["record"].setdefault("distractors", "all")
-        saved["record"].setdefault("adam_epsilon", ADAM_EPSILON)
-        saved["record"].setdefault("hidden_learning_rate", saved["record"]["learning_rate"])
+        saved = _saved(checkpoint)
+        # The optimizer's state holds its own learning rates and epsilon: resuming with other
+        # settings would silently train on with the saved ones.
         differ = [f"{name} {saved['record'][name]!r} (given {record[name]!r})"
-                  for name in ("model", "length", "hidden", "batch_size", "learning_rate",
-                               "hidden_learning_rate", "seed", "distractors", "adam_epsilon")
-                  if saved["record"][name] != record[name]]
+                  for name in SETTINGS if saved["record"][name] != record[name]]
         if differ:
             raise ValueError(f"checkpoint {checkpoint} was made with other settings: "
                              f"{', '.join(differ)}; resume with its settings or start "

@@ -134,10 +134,7 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
     margins = np.where(positive, logits, -logits)
     correct = int((margins > 0).sum())
     return {"checkpoint": Path(checkpoint).name,
-            **{name: run[name] for name in ("model", "length", "hidden", "batch_size",
-                                            "learning_rate", "seed", "distractors")},
-            "adam_epsilon": run.get("adam_epsilon", long_dependency.ADAM_EPSILON),
-            "hidden_learning_rate": run.get("hidden_learning_rate", run["learning_rate"]),
+            **{name: run[name] for name in long_dependency.SETTINGS},
             "iterations": run["iterations"], "converged": run["converged"],
             "weights": "before the last update" if before_last_update else "as saved",
             "sequences": sequences, "held_out_seed": held_out_seed, "correct": correct,

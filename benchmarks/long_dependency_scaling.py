@@ -46,8 +46,7 @@ import torch
 
 from benchmarks import _common, long_dependency
 
-SETTINGS = ("model", "length", "hidden", "batch_size", "learning_rate", "seed", "distractors",
-            "adam_epsilon", "hidden_learning_rate")
+SETTINGS = long_dependency.SETTINGS
 GROUP = ("model", "distractors", "hidden", "batch_size", "learning_rate", "hidden_learning_rate",
          "adam_epsilon")
 # ``GROUP`` is a line of the tables.
@@ -285,10 +284,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     # Runs that settle their settings: converged, or stopped at this limit or a higher one.
     done = {_key(row) for row in saved["runs"]
             if row["converged"] or row["max_iterations"] >= args.max_iterations}
-    todo = [dict(zip(SETTINGS, (args.model, length, args.hidden, args.batch_size, rate, seed,
-                                args.distractors, args.adam_epsilon,
-                                rate if args.hidden_learning_rate is None
-                                else args.hidden_learning_rate), strict=True))
+    todo = [{"model": args.model, "length": length, "hidden": args.hidden,
+             "batch_size": args.batch_size, "learning_rate": rate,
+             "hidden_learning_rate": (rate if args.hidden_learning_rate is None
+                                      else args.hidden_learning_rate),
+             "seed": seed, "distractors": args.distractors, "adam_epsilon": args.adam_epsilon}
             for length in args.lengths for rate in args.learning_rates for seed in args.seeds]
     todo = [settings for settings in todo
             if _key(settings) not in done]
