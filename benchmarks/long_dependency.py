@@ -169,6 +169,8 @@ def _saved(checkpoint: Path) -> dict:
     """A run's checkpoint, on the host, its record given the settings of the runs from before
     each was recorded: their distractors drawn from all directions, torch's ``eps`` for Adam,
     and one learning rate for all the weights."""
+    # On the host: the callers' loads copy to the network's device, and a generator's state is
+    # a host tensor whatever its device.
     saved = torch.load(checkpoint, map_location="cpu", weights_only=False)
     record = saved["record"]
     record.setdefault("distractors", "all")
@@ -274,8 +276,6 @@ def train(model: str = "gilr-lstm", length: int = 1024, hidden: int = 512, batch
               "iterations": 0, "streak": 0,
               "converged": False, "wall_time_s": 0.0, "curve": []}
     if checkpoint is not None and checkpoint.exists():
-        # On the host: the loads below copy to the network's device, and a generator's state
-        # is a host tensor whatever its device.
         saved = _saved(checkpoint)
         # The optimizer's state holds its own learning rates and epsilon: resuming with other
         # settings would silently train on with the saved ones.
