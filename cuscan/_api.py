@@ -76,8 +76,8 @@ def linear_recurrence(
     ------
     ValueError
         If the shapes do not broadcast, the broadcast shape has no axis,
-        `initial_state` does not broadcast to the state shape, or `method` is
-        unknown.
+        `initial_state` does not broadcast to the state shape, `method` is
+        unknown, or an input is a ragged list or tuple.
     numpy.exceptions.AxisError
         If `axis` is out of range.
     TypeError
@@ -213,7 +213,8 @@ def linear_recurrence_vjp(
     ------
     ValueError
         If `grad_output` and `output` differ in shape, `decays` or
-        `initial_state` do not broadcast to it, or there is no time axis.
+        `initial_state` do not broadcast to it, there is no time axis, or an
+        input is a ragged list or tuple.
     numpy.exceptions.AxisError
         If `axis` is out of range.
     TypeError
@@ -370,7 +371,8 @@ def _as_arrays(backend, operands: dict[str, object]):
     """The result dtype, and every operand as an array of it (None stays None)."""
     xp = backend.xp
     arrays = {
-        name: value if value is None or _dtypes.is_python_scalar(value) else xp.asarray(value)
+        name: value if value is None or _dtypes.is_python_scalar(value)
+        else converted(xp.asarray, name, value)
         for name, value in operands.items()
     }
     dtype = _dtypes.result_dtype(arrays)
@@ -378,6 +380,18 @@ def _as_arrays(backend, operands: dict[str, object]):
         backend.check_devices(arrays)
     return dtype, {name: None if v is None else xp.asarray(v, dtype=dtype)
                    for name, v in arrays.items()}
+
+
+def converted(convert, name: str, value):
+    """``convert(value)`` (an array library's conversion), its failure on a ragged list or
+    tuple naming the operand."""
+    try:
+        return convert(value)
+    except ValueError as error:
+        if not isinstance(value, list | tuple):
+            raise
+        raise ValueError(f"`{name}` is a ragged {type(value).__name__}: expected nested "
+                         f"sequences of equal lengths at each depth ({error})") from error
 
 
 def _broadcast_shape(first, second, into=None) -> tuple[int, ...]:

@@ -588,7 +588,7 @@ def _as_jax(operands: dict[str, object]) -> list[jax.Array | None]:
     the core; sequences are converted as ``jnp.asarray`` converts them; float64 becomes
     float32 unless JAX's 64-bit mode is on."""
     operands = {name: v if v is None or _dtypes.is_python_scalar(v) or hasattr(v, "dtype")
-                else jnp.asarray(v) for name, v in operands.items()}
+                else _api.converted(jnp.asarray, name, v) for name, v in operands.items()}
     dtype = jax.dtypes.canonicalize_dtype(_dtypes.result_dtype(operands))
     # (jnp.asarray costs tens of microseconds even when it has nothing to do)
     return [v if v is None or (isinstance(v, jax.Array) and v.dtype == dtype)

@@ -343,7 +343,8 @@ def _as_tensors(operands: dict[str, object]) -> list[tf.Tensor | None]:
     """Operands as tensors of the result dtype (Python scalars are weak, as in the core)."""
     for name, value in operands.items():
         check(name, value)
-    tensors = {name: None if v is None or _dtypes.is_python_scalar(v) else tf.convert_to_tensor(v)
+    tensors = {name: None if v is None or _dtypes.is_python_scalar(v)
+               else _api.converted(tf.convert_to_tensor, name, v)
                for name, v in operands.items()}
     for name, t in tensors.items():
         if t is not None and not _numeric(t.dtype):

@@ -136,6 +136,29 @@ def test_objects_numpy_converts_are_array_likes():
         cuscan.linear_recurrence(0.5, pandas.Series(["a", "b"]))
 
 
+@pytest.mark.parametrize("ragged", [[[1.0, 2.0], [3.0]], ([1.0], [2.0, 3.0])])
+def test_ragged_sequences(ragged):
+    kind = type(ragged).__name__
+    with pytest.raises(ValueError, match=f"`decays` is a ragged {kind}: expected nested"):
+        linear_recurrence(ragged, np.ones((3, 2)))
+    with pytest.raises(ValueError, match=f"`initial_state` is a ragged {kind}"):
+        linear_recurrence(0.5, np.ones((3, 2)), ragged)
+    with pytest.raises(ValueError, match=f"`output` is a ragged {kind}"):
+        linear_recurrence_vjp(np.ones((2, 2)), 0.5, ragged)
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax.numpy", "tensorflow"])
+def test_ragged_sequences_beside_tensors(framework):
+    """Each adapter converts sequences with its framework, and names a ragged one too."""
+    ones = require(framework).ones((3, 2))
+    with pytest.raises(ValueError, match="`decays` is a ragged list: expected nested"):
+        linear_recurrence([[0.5], [0.5, 0.5]], ones)
+    with pytest.raises(ValueError, match="`initial_state` is a ragged tuple"):
+        linear_recurrence(0.5, ones, ([1.0], [2.0, 3.0]))
+    result = linear_recurrence([0.5, 0.5], ones, (1.0, 2.0))  # rectangular ones convert
+    np.testing.assert_allclose(np.asarray(result), [[1.5, 2.0], [1.75, 2.0], [1.875, 2.0]])
+
+
 def test_vjp_shapes(backend):
     x = backend.asarray(np.ones((4, 8)))
     with pytest.raises(ValueError, match=r"`grad_output` must have the shape of `output`"):
