@@ -680,6 +680,24 @@ def test_zero_dim_tensors_promote_as_in_torch(device, decays, impulses, expected
         assert decay.grad.dtype == decays
 
 
+@pytest.mark.parametrize(("scalar", "tensor", "expected"), [
+    (0.5, torch.float16, torch.float16), (0.5j, torch.float32, torch.complex64),
+    (0.5, torch.int32, torch.float64), (2, torch.bool, torch.float64),
+    (0.5j, torch.int64, torch.complex128),
+])
+def test_python_scalars_take_the_tensors_dtype(scalar, tensor, expected):
+    """A Python scalar is weak: the tensors' dtype, made complex by a complex scalar, and
+    float64 beside integers or bools (torch's operators would give a Python float
+    float32 there)."""
+    x = torch.ones(4, 2, dtype=tensor)
+    h = cuscan.linear_recurrence(scalar, x)
+    assert h.dtype == expected
+    assert cuscan.linear_recurrence(x.to(expected), scalar).dtype == expected
+    decay = np.asarray(scalar, np.complex128)
+    np.testing.assert_allclose(h.numpy(), reference.linear_recurrence(
+        np.broadcast_to(decay, (4, 2)), x.to(torch.float64).numpy()), rtol=1e-3)
+
+
 def test_mixing_torch_and_numpy_is_rejected():
     with pytest.raises(TypeError, match="one library"):
         cuscan.linear_recurrence(torch.ones(3), np.ones(3))
