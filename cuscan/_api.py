@@ -382,11 +382,11 @@ def _as_arrays(backend, operands: dict[str, object]):
                    for name, v in arrays.items()}
 
 
-def converted(convert, name: str, value):
-    """``convert(value)`` (an array library's conversion), its failure on a ragged list or
-    tuple naming the operand."""
+def converted(convert, name: str, value, **options):
+    """``convert(value, **options)`` (an array library's conversion), its failure on a
+    ragged list or tuple naming the operand."""
     try:
-        return convert(value)
+        return convert(value, **options)
     except ValueError as error:
         if not isinstance(value, list | tuple):
             raise

@@ -548,8 +548,8 @@ def _as_tensors(names: tuple[str, ...], *values) -> list[torch.Tensor | None]:
     if _distributed(*tensors):
         _register_sharding()
     return [None if v is None else
-            _api.converted(functools.partial(torch.as_tensor, dtype=dtype, device=device),
-                           name, v) if not isinstance(v, torch.Tensor)
+            _api.converted(torch.as_tensor, name, v, dtype=dtype, device=device)
+            if not isinstance(v, torch.Tensor)
             else v.to(device) if v.device != device else v
             for name, v in zip(names, values, strict=True)]
 
