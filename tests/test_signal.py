@@ -840,6 +840,97 @@ def test_sosfilt_in_blocks_equals_whole(backend):
     assert relative_error(backend.to_numpy(state), expected_zf) <= BOUND[np.float64]
 
 
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Long single-precision NumPy signals filtered in blocks of 300 samples
+    (`_filters._in_blocks`), from 600; the lengths `_chunks.cascade` is called on."""
+    monkeypatch.setattr(_filters, "_BLOCK_BYTES", 8 * 300)
+    monkeypatch.setattr(_filters, "_MIN_BLOCK", 300)
+    lengths = []
+    cascade = _chunks.cascade
+
+    def spy(sections, x, axis, *args, **kwargs):
+        lengths.append(x.shape[axis])
+        return cascade(sections, x, axis, *args, **kwargs)
+
+    monkeypatch.setattr(_chunks, "cascade", spy)
+    return lengths
+
+
+def single_precision_filters(shape, axis):
+    """``(name, filter(x, zi=None), zi's shape)``: `lfilter` of order 4 and `sosfilt` of three
+    sections along ``axis`` of a signal of ``shape``."""
+    b, a = ss.butter(4, 0.02)
+    sos = ss.ellip(6, 0.5, 60, 0.05, output="sos")
+    state = list(shape)
+    state[axis] = 4
+    sections = [3, *shape]
+    sections[1 + axis % len(shape)] = 2
+    return [("lfilter", partial(signal.lfilter, b, a, axis=axis), tuple(state)),
+            ("sosfilt", partial(signal.sosfilt, sos, axis=axis), tuple(sections))]
+
+
+@pytest.mark.parametrize(("shape", "axis"), [((1031,), 0), ((3, 1031), -1), ((1031, 3), 0),
+                                             ((2, 1031, 3), 1), ((2, 3, 1031), 2)])
+@pytest.mark.parametrize("given", [False, True])
+def test_single_precision_in_blocks(small_blocks, shape, axis, given):
+    """A long float32 signal is filtered in blocks of time, each cast to float64 on its own,
+    with the state carried from block to block in float64: the result is the float64
+    filter's rounded once (to within one rounding), and so is zf."""
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal(shape).astype(np.float32)
+    for name, function, state in single_precision_filters(shape, axis):
+        zi = rng.standard_normal(state).astype(np.float32) if given else None
+        expected = function(x.astype(np.float64),
+                            **({} if zi is None else {"zi": zi.astype(np.float64)}))
+        small_blocks.clear()
+        result = function(x, **({} if zi is None else {"zi": zi}))
+        assert small_blocks, name
+        assert max(small_blocks) <= 300, (name, small_blocks)
+        pairs = zip((result,) if zi is None else result,
+                    (expected,) if zi is None else expected, strict=True)
+        for mine, theirs in pairs:
+            assert mine.dtype == np.float32
+            assert mine.shape == theirs.shape
+            np.testing.assert_allclose(
+                mine, theirs.astype(np.float32), rtol=0,
+                atol=2 * np.finfo(np.float32).eps * np.max(np.abs(theirs)), err_msg=name)
+
+
+def test_single_precision_blocks_carry_what_is_not_finite(small_blocks):
+    """A NaN or an infinity in one block reaches every later block, as SciPy carries it."""
+    rng = np.random.default_rng(32)
+    b, a = ss.butter(2, 0.1)
+    for bad in (np.nan, np.inf):
+        x = rng.standard_normal(1031).astype(np.float32)
+        x[450] = bad
+        expected = ss.lfilter(b, a, x.astype(np.float64))
+        result = signal.lfilter(b, a, x)
+        assert len(small_blocks) >= 2
+        assert np.array_equal(np.isfinite(result), np.isfinite(expected))
+        assert not np.isfinite(result[450:]).any()
+        np.testing.assert_allclose(result[:450], expected[:450], rtol=1e-6, atol=1e-6)
+
+
+def test_single_precision_memory():
+    """The double-precision copies of a long float32 signal take a block's memory, not
+    the signal's: cast whole, the signal and its output in float64 held four times the
+    output's size beyond it."""
+    tracemalloc = pytest.importorskip("tracemalloc")
+    x = np.random.default_rng(33).standard_normal((4, 1 << 21)).astype(np.float32)
+    sos = ss.butter(8, 0.05, output="sos")
+    b, a = ss.butter(4, 0.05)
+    for function in (partial(signal.sosfilt, sos), partial(signal.lfilter, b, a)):
+        tracemalloc.start()
+        try:
+            result = function(x)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert result.dtype == np.float32
+        assert peak <= result.nbytes + 3 * _filters._BLOCK_BYTES < 3 * result.nbytes, peak
+
+
 @pytest.mark.parametrize(("b", "a"), [
     ([1.0], [1.0, -0.5]),
     ([0.2, 0.3], [1.0, -0.9, 0.2]),
@@ -2021,6 +2112,28 @@ def test_framework_chunks(framework, chunk_runs):
     if framework.name == "jax":
         module.jit(lambda x, zi: run(x, zi))(framework.tensor(x), framework.tensor(zi))
         assert chunk_runs == ([True] * (6 + maps) if on_cpu else [])
+
+
+def test_framework_single_precision_in_blocks(framework, small_blocks):
+    """Tensors filtered on NumPy views of their memory (CPU torch tensors that nothing
+    differentiates, concrete JAX arrays) run in blocks as NumPy arrays do, and come back
+    as the framework's float32 tensors; the others whole, to the same result."""
+    x = np.random.default_rng(34).standard_normal((2, 1031)).astype(np.float32)
+    zi = np.zeros((3, 2, 2), np.float32)
+    (_, function, _), (_, sections, _) = single_precision_filters(x.shape, -1)
+    expected = function(x), sections(x, zi=zi)
+    small_blocks.clear()
+    result = function(framework.tensor(x)), sections(framework.tensor(x),
+                                                     zi=framework.tensor(zi))
+    if framework.name != "tf" and framework.device.lower() == "cpu":
+        assert small_blocks
+        assert max(small_blocks) <= 300
+    for mine, theirs in zip([result[0], *result[1]], [expected[0], *expected[1]], strict=True):
+        assert framework.is_native(mine)
+        mine = framework.array(mine)
+        assert mine.dtype == np.float32
+        np.testing.assert_allclose(mine, theirs, rtol=0,
+                                   atol=2 * np.finfo(np.float32).eps * np.max(np.abs(theirs)))
 
 
 def test_framework_zero_phase_products(framework, monkeypatch):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import math
 import numbers
 import sys
 from typing import Any
@@ -177,6 +178,49 @@ def _along(x, axis: int, index) -> tuple:
     key = [slice(None)] * x.ndim
     key[axis] = index
     return tuple(key)
+
+
+# A long single-precision signal computed on by NumPy is filtered in blocks of time of about
+# this many bytes in double precision (and at least _MIN_BLOCK samples long).
+_BLOCK_BYTES = 1 << 24
+_MIN_BLOCK = 1 << 13
+
+
+def _in_blocks(run, ns, x, axis: int, zi, work: np.dtype, out: np.dtype, order: int,
+               sections: int | None = None):
+    """``run(ns, x, axis, zi)``, a filter's ``(y, zf)`` in ``work`` precision from ``x`` and
+    ``zi`` in it (zf None without zi), in ``x``'s layout; returned in ``out``.
+
+    The filters compute in double precision (`_dtypes`). Cast whole, a single-precision
+    signal would be copied into double precision and its output made there before being
+    rounded: four times its size on top of the result. Where NumPy computes on it
+    (`numpy_views`), a long one is filtered instead in blocks of time, each cast on its
+    own into a copy whose samples follow one another in time, and its output written
+    into the result; the state (``zi``'s layout: ``order`` samples along ``axis``, after
+    ``sections``) is carried from block to block in double precision. The copies then
+    take a block's memory, and no block is copied again into that layout."""
+    length = x.shape[axis]
+    views = ns.numpy_views(x, zi) if out != work and length else None
+    if views is not None:
+        channels = math.prod(x.shape) // length
+        block = max(_MIN_BLOCK, _BLOCK_BYTES // (work.itemsize * channels))
+    if views is None or length < 2 * block:
+        y, zf = run(ns, ns.cast(x, work), axis, zi)
+        return ns.cast(y, out), None if zf is None else ns.cast(zf, out)
+    x, given = views
+    head = () if sections is None else (sections,)
+    if given is None:
+        state = np.zeros((*head, *x.shape[:axis], *x.shape[axis + 1:], order), work)
+    else:
+        state = np.moveaxis(given, len(head) + axis, -1).astype(work, order="C")
+    y = np.empty(x.shape, out)
+    for start in range(0, length, block):
+        key = _along(x, axis, slice(start, start + block))
+        part = np.moveaxis(x[key], axis, -1).astype(work, order="C")
+        part, state = run(_NUMPY, part, x.ndim - 1, state)
+        np.moveaxis(y[key], axis, -1)[...] = part
+    return ns.from_numpy(y), None if given is None else ns.from_numpy(
+        np.moveaxis(state, -1, len(head) + axis).astype(out))
 
 
 def _on_chunks(ns, x, axis: int, zi=None, **size) -> tuple | None:
@@ -822,11 +866,14 @@ def _lfilter(b, a, x, axis: int, zi):
     order = max(a.size, b.size) - 1
     zi = _state(ns, zi, x, axis, order)
     work, out = _dtypes(ns, x, b, a, state=zi)
-    x, time, inward, outward = _time_major(ns, ns.cast(x, work), axis,
-                                           keep=_keep(ns, order=order))
-    y, zf = _chunked(b, a, ns, x, time, None if zi is None else inward(zi))
-    y = outward(ns.cast(y, out))
-    return y if zf is None else (y, outward(ns.cast(zf, out)))
+
+    def run(ns, x, axis, zi):
+        x, time, inward, outward = _time_major(ns, x, axis, keep=_keep(ns, order=order))
+        y, zf = _chunked(b, a, ns, x, time, None if zi is None else inward(zi))
+        return outward(y), None if zf is None else outward(zf)
+
+    y, zf = _in_blocks(run, ns, x, axis, zi, work, out, order)
+    return y if zf is None else (y, zf)
 
 
 def _sections(sos) -> np.ndarray:
@@ -905,11 +952,14 @@ def _sosfilt(sos, x, axis: int, zi):
     ns, x, axis = _signal(x, axis, zi)
     zi = _state(ns, zi, x, axis, 2, sections=sos.shape[0])
     work, out = _dtypes(ns, x, sos, state=zi)
-    x, time, inward, outward = _time_major(ns, ns.cast(x, work), axis,
-                                           keep=_keep(ns, sections=len(sos)))
-    y, zf = _cascade(sos, ns, x, time, None if zi is None else inward(zi, lead=1))
-    y = outward(ns.cast(y, out))
-    return y if zi is None else (y, outward(ns.cast(zf, out), lead=1))
+
+    def run(ns, x, axis, zi):
+        x, time, inward, outward = _time_major(ns, x, axis, keep=_keep(ns, sections=len(sos)))
+        y, zf = _cascade(sos, ns, x, time, None if zi is None else inward(zi, lead=1))
+        return outward(y), None if zf is None else outward(zf, lead=1)
+
+    y, zf = _in_blocks(run, ns, x, axis, zi, work, out, 2, sections=len(sos))
+    return y if zi is None else (y, zf)
 
 
 def _cascade(sos: np.ndarray, ns, x, axis: int, zi, chunks: bool = True):
