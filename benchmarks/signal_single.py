@@ -3,14 +3,16 @@
 The filters compute in double precision. A long float32 NumPy signal is filtered in
 blocks of time (`_filters._in_blocks`, about `_BLOCK_BYTES` in double precision each),
 each cast on its own into a copy whose samples follow one another in time, the state
-carried from block to block; cast whole, the signal would be copied into double
-precision and its output made there before being rounded. Times both, alternated in one
-process (so a loaded machine slows both alike), for `lfilter` with an order-4 and
-`sosfilt` with an order-8 Butterworth design, on one channel, on `(C, T)` along axis -1
-and on `(T, C)` along axis 0; and the most memory a call holds, its output included
-(tracemalloc, which NumPy reports to), against the output's size and beside SciPy's
-(whose float64 coefficients make a float64 output of a float32 signal). Writes
-results/signal_single.json.
+carried from block to block (`filtfilt` and `sosfiltfilt`: both passes so, the padding
+made block by block and the forward pass kept in double precision,
+`_filtfilt._in_blocks`); cast whole, the signal would be copied into double precision
+and its output made there before being rounded. Times both, alternated in one process
+(so a loaded machine slows both alike), for `lfilter` and `filtfilt` with an order-4 and
+`sosfilt` and `sosfiltfilt` with an order-8 Butterworth design, on one channel, on
+`(C, T)` along axis -1 and on `(T, C)` along axis 0; and the most memory a call holds,
+its output included (tracemalloc, which NumPy reports to), against the output's size
+and beside SciPy's (whose float64 coefficients make a float64 output of a float32
+signal). Writes results/signal_single.json.
 
     python -m benchmarks.signal_single
 """
@@ -55,7 +57,11 @@ def _main() -> None:
     filters = {"lfilter": (functools.partial(signal.lfilter, b, a),
                            functools.partial(scipy.signal.lfilter, b, a)),
                "sosfilt": (functools.partial(signal.sosfilt, sos),
-                           functools.partial(scipy.signal.sosfilt, sos))}
+                           functools.partial(scipy.signal.sosfilt, sos)),
+               "filtfilt": (functools.partial(signal.filtfilt, b, a),
+                            functools.partial(scipy.signal.filtfilt, b, a)),
+               "sosfiltfilt": (functools.partial(signal.sosfiltfilt, sos),
+                               functools.partial(scipy.signal.sosfiltfilt, sos))}
     rows = []
     print("float32 signals: blocks / whole (< 1: the blocks are faster), blocks / scipy; "
           "the most memory held (MiB, output included): blocks, whole, scipy; output (MiB)")
@@ -72,7 +78,7 @@ def _main() -> None:
                    "blocks_bytes": memory["blocks"], "whole_bytes": memory["whole"],
                    "scipy_bytes": peak_memory(reference), "output_bytes": x.nbytes}
             rows.append(row)
-            print(f"{'x'.join(map(str, shape)):>12} {axis:>2} {name:>8} "
+            print(f"{'x'.join(map(str, shape)):>12} {axis:>2} {name:>11} "
                   f"{row['blocks_s'] / row['whole_s']:6.2f} "
                   f"{row['blocks_s'] / row['scipy_s']:6.2f}   "
                   + " ".join(f"{row[k] / 2**20:6.0f}" for k in

@@ -186,6 +186,17 @@ _BLOCK_BYTES = 1 << 24
 _MIN_BLOCK = 1 << 13
 
 
+def _block(ns, x, axis: int, work: np.dtype, out: np.dtype) -> int | None:
+    """The length of the blocks of time a signal computed on in ``work`` precision and
+    returned in ``out`` is filtered in (`_in_blocks`): where it is in single precision,
+    NumPy computes on it (`numpy_views`) and it is at least two blocks long; else None."""
+    length = x.shape[axis]
+    if out == work or not length or ns.numpy_views(x) is None:
+        return None
+    block = max(_MIN_BLOCK, _BLOCK_BYTES // (work.itemsize * (math.prod(x.shape) // length)))
+    return block if length >= 2 * block else None
+
+
 def _in_blocks(run, ns, x, axis: int, zi, work: np.dtype, out: np.dtype, order: int,
                sections: int | None = None):
     """``run(ns, x, axis, zi)``, a filter's ``(y, zf)`` in ``work`` precision from ``x`` and
@@ -199,15 +210,13 @@ def _in_blocks(run, ns, x, axis: int, zi, work: np.dtype, out: np.dtype, order: 
     into the result; the state (``zi``'s layout: ``order`` samples along ``axis``, after
     ``sections``) is carried from block to block in double precision. The copies then
     take a block's memory, and no block is copied again into that layout."""
-    length = x.shape[axis]
-    views = ns.numpy_views(x, zi) if out != work and length else None
-    if views is not None:
-        channels = math.prod(x.shape) // length
-        block = max(_MIN_BLOCK, _BLOCK_BYTES // (work.itemsize * channels))
-    if views is None or length < 2 * block:
+    block = _block(ns, x, axis, work, out)
+    views = None if block is None else ns.numpy_views(x, zi)
+    if views is None:
         y, zf = run(ns, ns.cast(x, work), axis, zi)
         return ns.cast(y, out), None if zf is None else ns.cast(zf, out)
     x, given = views
+    length = x.shape[axis]
     head = () if sections is None else (sections,)
     if given is None:
         state = np.zeros((*head, *x.shape[:axis], *x.shape[axis + 1:], order), work)

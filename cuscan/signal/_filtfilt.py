@@ -14,6 +14,7 @@ from cuscan.signal._filters import (
     _NUMPY,
     ArrayLike,
     _along,
+    _block,
     _cascade,
     _chunked,
     _design,
@@ -155,6 +156,58 @@ def _forward_backward(run, steady: np.ndarray, design: tuple[bytes, ...] | None,
     return y[_along(y, axis, slice(edge, length - edge))]
 
 
+def _in_blocks(run, steady: np.ndarray, ns, x, axis: int, padtype, edge: int, work, out):
+    """`_forward_backward` over a long single-precision signal that NumPy computes on, in
+    blocks of time (`_filters._block`) as `_filters._in_blocks` filters one, returned in
+    ``out``; None where the signal is not such a one.
+
+    Each block of the padded signal is cast on its own into a copy whose samples follow
+    one another in time, and ``run(x, zi)`` filters it along its last axis from the state
+    the block before left (the first from the steady state of its first sample). The
+    forward pass's output is kept in ``work`` precision for the backward pass, which runs
+    over it block by block from its end and writes the result: cast whole, the padded
+    signal, both passes and the flips held eight times the result's size beyond it."""
+    block = _block(ns, x, axis, work, out)
+    if block is None:
+        return None
+    (signal,) = ns.numpy_views(x)
+    result = np.empty(signal.shape, out)
+    signal, target = np.moveaxis(signal, axis, -1), np.moveaxis(result, axis, -1)
+    length = signal.shape[-1]
+    total = length + 2 * edge
+    # the padding alone, from the samples next to each end
+    time = signal.ndim - 1
+    before = _padded(_NUMPY, signal[..., :edge + 1].astype(work), time, padtype, edge)[..., :edge]
+    after = _padded(_NUMPY, signal[..., length - 1 - edge:].astype(work), time, padtype,
+                    edge)[..., 2 * edge + 1:]
+
+    def padded(start: int, stop: int):
+        """Samples ``start`` to ``stop`` of the padded signal, in ``work`` precision."""
+        parts = (before[..., start:stop],
+                 signal[..., max(start - edge, 0):max(stop - edge, 0)],
+                 after[..., max(start - edge - length, 0):max(stop - edge - length, 0)])
+        return np.concatenate(parts, axis=-1, dtype=work)
+
+    forward, state = np.empty((*signal.shape[:-1], total), work), None
+    for start in range(0, total, block):
+        part = padded(start, min(start + block, total))
+        if state is None:
+            state = _steady_start(_NUMPY, steady, part, time)
+        forward[..., start:start + block], state = run(part, state)
+    state = None
+    for stop in range(total, 0, -block):
+        start = max(stop - block, 0)
+        part = np.ascontiguousarray(forward[..., start:stop][..., ::-1])
+        if state is None:
+            state = _steady_start(_NUMPY, steady, part, time)
+        part, state = run(part, state)
+        first, last = max(start, edge), min(stop, edge + length)  # the signal's own samples
+        if first < last:
+            target[..., first - edge:last - edge] = part[..., ::-1][..., first - start:
+                                                                     last - start]
+    return ns.from_numpy(result)
+
+
 @public
 @_front_door
 def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
@@ -234,6 +287,11 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     edge = _edge(x, axis, padtype, padlen, order + 1) if method == "pad" else irlen
 
     def whole(ns, x, axis: int, work, out):
+        if method == "pad":
+            done = _in_blocks(lambda x, zi: _chunked(b, a, _NUMPY, x, x.ndim - 1, zi),
+                              lfilter_zi(b, a), ns, x, axis, padtype, edge, work, out)
+            if done is not None:
+                return done
         x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis, keep=_keep(ns, order=order))
         if method == "gust":
             return outward(ns.cast(_gustafsson(b, a, ns, x, axis, irlen), out))
@@ -396,6 +454,10 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
     edge = _edge(x, axis, padtype, padlen, int(taps))
 
     def whole(ns, x, axis: int, work, out):
+        done = _in_blocks(lambda x, zi: _cascade(sos, _NUMPY, x, x.ndim - 1, zi),
+                          sosfilt_zi(sos), ns, x, axis, padtype, edge, work, out)
+        if done is not None:
+            return done
         x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
                                           keep=_keep(ns, sections=len(sos)))
 
