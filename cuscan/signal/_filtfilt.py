@@ -173,10 +173,9 @@ def _in_blocks(run, steady: np.ndarray, ns, x, axis: int, padtype, edge: int, wo
     (signal,) = ns.numpy_views(x)
     result = np.empty(signal.shape, out)
     signal, target = np.moveaxis(signal, axis, -1), np.moveaxis(result, axis, -1)
-    length = signal.shape[-1]
+    length, time = signal.shape[-1], signal.ndim - 1
     total = length + 2 * edge
     # the padding alone, from the samples next to each end
-    time = signal.ndim - 1
     before = _padded(_NUMPY, signal[..., :edge + 1].astype(work), time, padtype, edge)[..., :edge]
     after = _padded(_NUMPY, signal[..., length - 1 - edge:].astype(work), time, padtype,
                     edge)[..., 2 * edge + 1:]
@@ -201,10 +200,10 @@ def _in_blocks(run, steady: np.ndarray, ns, x, axis: int, padtype, edge: int, wo
         if state is None:
             state = _steady_start(_NUMPY, steady, part, time)
         part, state = run(part, state)
+        part = part[..., ::-1]  # in time order: samples start to stop of the padded signal
         first, last = max(start, edge), min(stop, edge + length)  # the signal's own samples
         if first < last:
-            target[..., first - edge:last - edge] = part[..., ::-1][..., first - start:
-                                                                     last - start]
+            target[..., first - edge:last - edge] = part[..., first - start:last - start]
     return ns.from_numpy(result)
 
 
