@@ -319,6 +319,28 @@ def test_direct_products(monkeypatch, chunk_runs):
     assert all(isinstance(kept, tuple) for kept in _chunks._direct_kept.values())
 
 
+@pytest.mark.parametrize(("design", "built"), [
+    (ss.butter(2, 0.1), True), (ss.butter(4, 0.05), True), (ss.butter(4, 0.01), False),
+    (ss.butter(6, 0.01), False), (ss.bessel(6, 0.01), False), (ss.cheby1(4, 1, 0.002), False)])
+def test_direct_products_of_ill_conditioned_states(monkeypatch, design, built):
+    """A stream of short blocks through `lfilter` with zi: a filter whose state is
+    ill-conditioned in SciPy's form (a unit of zi giving outputs or an end state beyond
+    _DIRECT_STATE_GAIN) is not run as a product, whose rounding compounded through the
+    state from block to block (2.6 times the RMS off for butter(6, 0.01) in (b, a) form,
+    where the chunks are within 1e-7); a well-conditioned one is."""
+    monkeypatch.setattr(_chunks, "_DIRECT_LENGTH", DIRECT_LENGTH)
+    monkeypatch.setattr(_chunks, "_direct_kept", collections.OrderedDict())
+    b, a = design
+    x = np.random.default_rng(36).standard_normal((2, 4000))
+    state, pieces = np.zeros((2, a.size - 1)), []
+    for block in np.split(x, 20, axis=-1):  # of 200 samples: a product from the third
+        y, state = signal.lfilter(b, a, block, zi=state)
+        pieces.append(y)
+    expected = direct_form_extended(b, a, x)
+    assert relative_error(np.concatenate(pieces, axis=-1), expected) <= 1e-6
+    assert [isinstance(kept, tuple) for kept in _chunks._direct_kept.values()] == [built]
+
+
 def test_zero_phase_products(monkeypatch):
     """Once `filtfilt` (either method) or `sosfiltfilt` has run twice on NumPy signals of a
     length, it is one product with the whole scheme's matrix for that length (the scheme

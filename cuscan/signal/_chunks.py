@@ -108,6 +108,18 @@ _DIRECT_PER_STATE = 32
 _DIRECT_ELEMENTS = 1 << 18
 _DIRECT_KEPT = 16
 _DIRECT_AFTER = 2
+# A single filter (`lfilter`'s (b, a), or one section) whose outputs or end state from a unit
+# of SciPy's zi exceed _DIRECT_STATE_GAIN is not run as a product. Its state is
+# ill-conditioned in SciPy's form (poles clustered near the unit circle: low-cutoff designs
+# of order 3 and up in (b, a)): a unit of it gives outputs and end states up to 10^7 and
+# beyond, which cancel in the states a signal leaves. The product's rounding of the end
+# state, about that gain times double precision, is a state in any direction, which the
+# next block magnifies as much again: a stream of blocks drifts by about the gain's square
+# times double precision. Over 20 blocks of 200 samples of 96 designs, the products were
+# within 5e-10 of the RMS up to a gain of 1,000 and off by 1.6e-8 to 10^90 beyond 2,500,
+# where the chunks, which carry the state in the poles' form within a call, were within
+# 4e-9 on every design whose chunks were within 1e-6 (benchmarks/signal_stream_state.py).
+_DIRECT_STATE_GAIN = 1000
 # A filter of higher order (`lfilter`) runs as its own recurrences: the first call with a
 # filter builds its matrices in time growing with the square of its order (about 7 ms
 # for 64 taps, 100 ms for 256).
@@ -509,7 +521,8 @@ def unit_matrices(run, count: int, order: int, length: int) -> tuple | bool:
     other and then the samples, to the output, ``(n + length, length)``, and to zf packed
     alike, ``(n + length, n)``; with ``count``. From ``run(signal, zi)``, the filter over
     rows of samples from zi stacked by stage, ``(y, zf)`` or None, on unit states and then
-    unit samples; False where it declines or a response is not finite."""
+    unit samples; False where it declines, a response is not finite, or a single filter's
+    responses to its units of state exceed _DIRECT_STATE_GAIN."""
     n = count * order
     units = np.eye(n + length)
     done = run(units[:, n:], units[:, :n].reshape(n + length, count, order).transpose(1, 0, 2))
@@ -518,6 +531,9 @@ def unit_matrices(run, count: int, order: int, length: int) -> tuple | bool:
     y, zf = done
     finals = zf.transpose(1, 0, 2).reshape(n + length, n)
     if not (np.isfinite(y).all() and np.isfinite(finals).all()):
+        return False
+    if count == 1 and max(np.abs(y[:n]).max(initial=0),
+                          np.abs(finals[:n]).max(initial=0)) > _DIRECT_STATE_GAIN:
         return False
     return np.ascontiguousarray(y), np.ascontiguousarray(finals), count
 
