@@ -116,9 +116,9 @@ _DIRECT_AFTER = 2
 # state, about that gain times double precision, is a state in any direction, which the
 # next block magnifies as much again: a stream of blocks drifts by about the gain's square
 # times double precision. Over 20 blocks of 200 samples of 96 designs, the products were
-# within 5e-10 of the RMS up to a gain of 1,000 and off by 1.6e-8 to 10^90 beyond 2,500,
-# where the chunks, which carry the state in the poles' form within a call, were within
-# 4e-9 on every design whose chunks were within 1e-6 (benchmarks/signal_stream_state.py).
+# within 5e-10 of the RMS on the 59 with gains up to 1,000 (the chunks, which carry the
+# state in the poles' form within a call, within 7e-12 there), and 34 of the 37 beyond
+# were off by more than 1e-8, up to 10^90 (benchmarks/signal_stream_state.py).
 _DIRECT_STATE_GAIN = 1000
 # A filter of higher order (`lfilter`) runs as its own recurrences: the first call with a
 # filter builds its matrices in time growing with the square of its order (about 7 ms
