@@ -1,14 +1,14 @@
 """The NumPy backend in segments of time: the copies of one segment, or of the whole.
 
 Operands the backend copies before scanning (time-contiguous ``(C, T)`` arrays
-along axis -1 copied time-major; half-precision ones converted to float32) are
-copied, scanned and copied back a segment of time at a time, each from the state
-the last one left, so that the copies hold one segment rather than the whole
-operand. Times the forward scan and its vector-Jacobian product both ways (the
-segment size set out of reach for the whole), alternated in one process (so a
-loaded machine slows both alike), and the most memory a call holds beyond its
-inputs, the result included (tracemalloc, which NumPy reports to); prints
-segments / whole and both memories. Operands over 512 MiB, which the backend
+along axis -1 copied time-major; half-precision ones converted to float32, in the
+blocked scan of decays constant in time too) are copied, scanned and copied back a
+segment of time at a time, each from the state the last one left, so that the copies
+hold one segment rather than the whole operand. Times the forward scan and its
+vector-Jacobian product both ways (the segment size set out of reach for the whole),
+alternated in one process (so a loaded machine slows both alike), and the most
+memory a call holds beyond its inputs, the result included (tracemalloc, which NumPy
+reports to); prints segments / whole and both memories. Operands over 512 MiB, which the backend
 scanned as they lie before the segments bounded its copies, are timed in
 segments against that: with `_MAX_STRIDED_ROW` out of reach no time-major copy
 is made, and the chunked scan copies its chunks from the operand as it lies.
@@ -28,9 +28,10 @@ import cuscan
 from benchmarks._common import alternated, environment, peak_memories, without_options, write
 from cuscan import _numpy_backend
 
-# (shape, dtype, time axis)
-CASES = [((64, 10**6), "float64", -1), ((16, 10**6), "complex128", -1),
-         ((256, 2 * 10**5), "float32", -1), ((10**6, 64), "float16", 0)]
+# (shape, dtype, time axis, decays constant in time: the blocked scan)
+CASES = [((64, 10**6), "float64", -1, False), ((16, 10**6), "complex128", -1, False),
+         ((256, 2 * 10**5), "float32", -1, False), ((10**6, 64), "float16", 0, False),
+         ((64, 10**6), "float16", -1, True), ((6 * 10**7,), "float16", 0, True)]
 LARGE = [(64, 1_100_000), (32, 2_200_000)]  # float64, over 512 MiB
 
 
@@ -40,8 +41,8 @@ def main() -> None:
     rows = []
     print("segments / whole (< 1: segments are faster); memory beyond the inputs (MiB): "
           "segments, whole")
-    for shape, dtype, axis in CASES:
-        decays = rng.uniform(0.5, 1.0, shape).astype(dtype)
+    for shape, dtype, axis, constant in CASES:
+        decays = rng.uniform(0.5, 1.0, (*shape[:-1], 1) if constant else shape).astype(dtype)
         impulses = rng.uniform(-1.0, 1.0, shape).astype(dtype)
         output = cuscan.linear_recurrence(decays, impulses, axis=axis)
         weights = rng.uniform(-1.0, 1.0, shape).astype(dtype)
@@ -52,12 +53,14 @@ def main() -> None:
                                           output, axis=axis))):
             best = alternated(function, _numpy_backend, "_SEGMENT_BYTES", settings, 3)
             memory = peak_memories(function, _numpy_backend, "_SEGMENT_BYTES", settings)
-            row = {"shape": list(shape), "dtype": dtype, "axis": axis, "function": name,
+            row = {"shape": list(shape), "dtype": dtype, "axis": axis,
+                   "constant_decays": constant, "function": name,
                    "segments_s": best["segments"], "whole_s": best["whole"],
                    "segments_bytes": memory["segments"], "whole_bytes": memory["whole"],
                    "operand_bytes": impulses.nbytes}
             rows.append(row)
-            print(f"{'x'.join(map(str, shape)):>12} {dtype:>10} {axis:>3} {name:>8} "
+            print(f"{'x'.join(map(str, shape)):>12} {dtype:>10} {axis:>3} "
+                  f"{'constant' if constant else 'full':>8} {name:>8} "
                   f"{row['segments_s'] / row['whole_s']:6.2f} "
                   f"{row['segments_s'] * 1e3:8.1f} ms "
                   f"{memory['segments'] / 2**20:7.0f} {memory['whole'] / 2**20:7.0f}",

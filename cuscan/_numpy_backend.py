@@ -144,11 +144,11 @@ def forward(decays, impulses, initial_state, out, axis: int, method: str) -> Non
     a, x, target = (_time_first(v, axis) for v in (decays, impulses, out))
     keep = method != "serial" and _blocked_layout(a, x, target)
     h = _initial(initial_state, x.shape[1:], acc)
-    pieces = None if keep else _segments((a, x), target, acc)
+    pieces = _segments((a, x), target, acc, keep)
     if pieces is None:
         _forward(a, x, h, target, acc, method, keep)
         return
-    method = _method(method, target, acc)
+    method = _method(method, target, acc, keep)
     for start, stop in pieces:
         h = _forward(a[start:stop], x[start:stop], h, target[start:stop], acc, method, keep)
 
@@ -163,17 +163,19 @@ def _forward(a, x, h0, target, acc, method: str, keep: bool):
     return work[-1] if len(work) else h0
 
 
-def _segments(operands, target, acc) -> list[tuple[int, int]] | None:
+def _segments(operands, target, acc, keep: bool = False) -> list[tuple[int, int]] | None:
     """The segments of time (start, stop) to scan one after the other (see
     _SEGMENT_BYTES), or None to scan the whole at once: where nothing larger than two
-    segments is copied, or the scan is too short to cut."""
+    segments is copied, or the scan is too short to cut. With ``keep`` (a blocked
+    layout, `_blocked_layout`), the operands are scanned in their layouts, copied only
+    into ``acc``: from half precision, segment by segment too."""
     itemsize = np.dtype(acc).itemsize
     if target.size * itemsize <= 2 * _SEGMENT_BYTES:  # no copy is larger than the result's
         return None
 
     def copied(view) -> int:
         """The bytes of ``view``'s copy, 0 where it is scanned as it lies."""
-        if view.dtype == acc and not _scattered(view, acc):
+        if view.dtype == acc and (keep or not _scattered(view, acc)):
             return 0
         return _stored(view).size * itemsize
 
@@ -199,10 +201,13 @@ def _cut(length: int, step: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(bounds))
 
 
-def _method(method: str, target, acc) -> str:
-    """``method``, "auto" resolved for the whole scan (not for each segment)."""
+def _method(method: str, target, acc, blocked: bool = False) -> str:
+    """``method``, "auto" resolved for the whole scan (not for each segment): as `scan`
+    resolves it, the parallel methods for a ``blocked`` layout (`_blocked_layout`)."""
     if method != "auto":
         return method
+    if blocked:
+        return "parallel"
     row = math.prod(target.shape[1:]) * np.dtype(acc).itemsize
     return "parallel" if _parallel_wins(target.shape[0], row) else "serial"
 
@@ -223,8 +228,8 @@ def backward(grad_output, decays, output, initial_state, grad_decays, grad_impul
                         (grad_output, decays, output, grad_impulses, grad_decays))
     keep = _blocked_layout(a[1:], go[:-1], gx[:-1])
     h0 = _initial(initial_state, go.shape[1:], acc)
-    pieces = None if keep else _segments((go, a, h), gx, acc)
-    method = "auto" if pieces is None else _method("auto", gx, acc)
+    pieces = _segments((go, a, h), gx, acc, keep)
+    method = "auto" if pieces is None else _method("auto", gx, acc, keep)
     after = None  # the gradient at the step after the segment
     for start, stop in reversed(pieces or [(0, go.shape[0])]):
         after = _backward(go, a, h, h0, gx, ga, start, stop, after, acc, keep, method)

@@ -440,11 +440,11 @@ def test_numpy_time_major_rule(monkeypatch):
 
 def test_numpy_segments(monkeypatch):
     """Operands the NumPy backend would copy whole (time-major, or to float32 from half
-    precision) are scanned a segment of time at a time, each from the state the last
-    one left: forward against the reference for every method, full, broadcast and
-    time-invariant decays, initial states, reverse and complex data; the vector-Jacobian
-    product against the same call scanned whole. A segment that does not divide the
-    length is merged into the last."""
+    precision, in the blocked scan of time-invariant decays too) are scanned a segment
+    of time at a time, each from the state the last one left: forward against the
+    reference for every method, full, broadcast and time-invariant decays, initial
+    states, reverse and complex data; the vector-Jacobian product against the same call
+    scanned whole. A segment that does not divide the length is merged into the last."""
     from cuscan import _numpy_backend
 
     numpy = Backend("numpy")
@@ -464,26 +464,43 @@ def test_numpy_segments(monkeypatch):
                     cut.clear()
                     check(numpy, decays, impulses, state, axis=-1, reverse=reverse,
                           method=method)
-                    check(numpy, decays[:, :1], impulses, axis=-1, reverse=reverse,
-                          method=method)
                     # three channels of float64 are scanned as they lie (see _scattered)
                     if dtype == "float16" or width == 40:
                         assert all(c is not None and len(c) > 2 for c in cut), (dtype, cut)
                     else:
-                        assert cut == [None, None]
+                        assert cut == [None]
+                    cut.clear()
+                    check(numpy, decays[:, :1], impulses, axis=-1, reverse=reverse,
+                          method=method)
+                    # half precision's float32 copies, in the blocked scan too
+                    if dtype == "float16":
+                        assert cut, method
+                        assert all(c is not None and len(c) > 2 for c in cut), (dtype, cut)
+            # 40 channels of time-invariant float64 decays: the blocked scan, which scans
+            # the operands as they lie, in one piece
+            if dtype == "float64" and width == 40:
+                cut.clear()
+                check(numpy, decays[:, :1], impulses, axis=-1, method="parallel")
+                assert cut == [None]
             weights = make(rng, (width, length), dtype, low=-1.0)
-            h = cuscan.linear_recurrence(decays, impulses, state, axis=-1)
-            cut.clear()
-            pieces = cuscan.linear_recurrence_vjp(weights, decays, h, state, axis=-1)
-            assert (cut[-1] is not None) == (dtype == "float16" or width == 40)
-            monkeypatch.setattr(_numpy_backend, "_SEGMENT_BYTES", 2**40)
-            whole = cuscan.linear_recurrence_vjp(weights, decays, h, state, axis=-1)
-            monkeypatch.setattr(_numpy_backend, "_SEGMENT_BYTES", 2048)
-            for got, want in zip(pieces, whole, strict=True):
-                assert got.dtype == want.dtype
-                want = want.astype(np.complex128)
-                np.testing.assert_allclose(got.astype(np.complex128), want, rtol=0,
-                                           atol=tolerance(dtype, length) * np.abs(want).max())
+            for constant in (False, True):  # the blocked scan for time-invariant decays
+                a = decays[:, :1] if constant else decays
+                h = cuscan.linear_recurrence(a, impulses, state, axis=-1)
+                cut.clear()
+                pieces = cuscan.linear_recurrence_vjp(weights, a, h, state, axis=-1)
+                if not constant:
+                    assert (cut[-1] is not None) == (dtype == "float16" or width == 40)
+                elif dtype == "float16":
+                    assert cut[-1] is not None
+                monkeypatch.setattr(_numpy_backend, "_SEGMENT_BYTES", 2**40)
+                whole = cuscan.linear_recurrence_vjp(weights, a, h, state, axis=-1)
+                monkeypatch.setattr(_numpy_backend, "_SEGMENT_BYTES", 2048)
+                for got, want in zip(pieces, whole, strict=True):
+                    assert got.dtype == want.dtype
+                    want = want.astype(np.complex128)
+                    np.testing.assert_allclose(
+                        got.astype(np.complex128), want, rtol=0,
+                        atol=tolerance(dtype, length) * np.abs(want).max())
     half = np.empty((870, 4), np.float16)  # 256 steps of 16 bytes, and 102 left
     assert [b - a for a, b in segments((half,), half, np.float32)] == [256, 256, 358]
     assert _numpy_backend._cut(900, 256) == [(0, 256), (256, 512), (512, 768), (768, 900)]
