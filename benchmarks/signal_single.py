@@ -5,14 +5,16 @@ blocks of time (`_filters._in_blocks`, about `_BLOCK_BYTES` in double precision 
 each cast on its own into a copy whose samples follow one another in time, the state
 carried from block to block (`filtfilt` and `sosfiltfilt`: both passes so, the padding
 made block by block and the forward pass kept in double precision,
-`_filtfilt._in_blocks`); cast whole, the signal would be copied into double precision
-and its output made there before being rounded. Times both, alternated in one process
-(so a loaded machine slows both alike), for `lfilter` and `filtfilt` with an order-4 and
-`sosfilt` and `sosfiltfilt` with an order-8 Butterworth design, on one channel, on
-`(C, T)` along axis -1 and on `(T, C)` along axis 0; and the most memory a call holds,
-its output included (tracemalloc, which NumPy reports to), against the output's size
-and beside SciPy's (whose float64 coefficients make a float64 output of a float32
-signal). Writes results/signal_single.json.
+`_filtfilt._in_blocks`; Gustafsson's `filtfilt`: its four passes so, through one
+buffer in double precision, `_filtfilt._gustafsson_in_blocks`); cast whole, the signal
+would be copied into double precision and its output made there before being rounded.
+Times both, alternated in one process (so a loaded machine slows both alike), for
+`lfilter` and `filtfilt` (both methods) with an order-4 and `sosfilt` and
+`sosfiltfilt` with an order-8 Butterworth design, on one channel, on `(C, T)` along
+axis -1 and on `(T, C)` along axis 0; and the most memory a call holds, its output
+included (tracemalloc, which NumPy reports to), against the output's size and beside
+SciPy's (whose float64 coefficients make a float64 output of a float32 signal). Writes
+results/signal_single.json.
 
     python -m benchmarks.signal_single
 """
@@ -60,6 +62,8 @@ def _main() -> None:
                            functools.partial(scipy.signal.sosfilt, sos)),
                "filtfilt": (functools.partial(signal.filtfilt, b, a),
                             functools.partial(scipy.signal.filtfilt, b, a)),
+               "gust": (functools.partial(signal.filtfilt, b, a, method="gust"),
+                        functools.partial(scipy.signal.filtfilt, b, a, method="gust")),
                "sosfiltfilt": (functools.partial(signal.sosfiltfilt, sos),
                                functools.partial(scipy.signal.sosfiltfilt, sos))}
     rows = []

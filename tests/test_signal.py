@@ -943,6 +943,37 @@ def test_single_precision_zero_phase_in_blocks(small_blocks, shape, axis, padtyp
                 atol=2 * np.finfo(np.float32).eps * np.max(np.abs(expected)), err_msg=str(options))
 
 
+@pytest.mark.parametrize(("shape", "axis"), [((1531,), 0), ((3, 1531), -1), ((1531, 3), 0),
+                                             ((2, 1531, 3), 1)])
+@pytest.mark.parametrize("irlen", [None, 50, 700, 800])
+def test_single_precision_gustafsson_in_blocks(small_blocks, shape, axis, irlen):
+    """Gustafsson's `filtfilt` on a long float32 (or complex64) signal runs its four passes
+    in blocks and corrects the ends it fits in float64: the float64 scheme's result,
+    rounded once. States fitted to the whole signal (``irlen`` of half its length or
+    more) take the whole cast."""
+    rng = np.random.default_rng(37)
+    for b, a in (ss.butter(4, 0.1), ss.cheby1(3, 1, 0.2), (np.array([0.2, 0.1, 0.3]), [1.0])):
+        for complex_ in (False, True):
+            x = rng.standard_normal(shape)
+            x = (x + 1j * rng.standard_normal(shape) if complex_ else x).astype(
+                np.complex64 if complex_ else np.float32)
+            options = {"axis": axis, "method": "gust", "irlen": irlen}
+            expected = signal.filtfilt(b, a, x.astype(np.complex128 if complex_ else np.float64),
+                                       **options)
+            small_blocks.clear()
+            result = signal.filtfilt(b, a, x, **options)
+            if not complex_:  # (complex signals run the stages' recurrences, not the chunks)
+                assert small_blocks, options
+                if irlen == 800:
+                    assert max(small_blocks) == 1531, options
+                else:
+                    assert max(small_blocks) <= 300, options
+            assert result.dtype == x.dtype
+            np.testing.assert_allclose(
+                result, expected.astype(x.dtype), rtol=0,
+                atol=2 * np.finfo(np.float32).eps * np.max(np.abs(expected)), err_msg=str(options))
+
+
 def test_single_precision_blocks_carry_what_is_not_finite(small_blocks):
     """A NaN or an infinity in one block reaches every later block, as SciPy carries it."""
     rng = np.random.default_rng(32)
@@ -961,15 +992,17 @@ def test_single_precision_blocks_carry_what_is_not_finite(small_blocks):
 def test_single_precision_memory():
     """The double-precision copies of a long float32 signal take a block's memory, not
     the signal's: the filters hold their output and a few blocks, and the zero-phase
-    filters their forward pass in float64 too. Cast whole, the filters held five times
-    their output's size (160 MiB here) and the zero-phase filters nine (288 MiB)."""
+    filters (Gustafsson's too) a pass in float64 as well. Cast whole, the filters held
+    five times their output's size (160 MiB here) and the zero-phase filters nine (288
+    MiB)."""
     tracemalloc = pytest.importorskip("tracemalloc")
     x = np.random.default_rng(33).standard_normal((4, 1 << 21)).astype(np.float32)
     sos = ss.butter(8, 0.05, output="sos")
     b, a = ss.butter(4, 0.05)
     for function, outputs in ((partial(signal.sosfilt, sos), 1), (partial(signal.lfilter, b, a), 1),
                               (partial(signal.sosfiltfilt, sos), 3),
-                              (partial(signal.filtfilt, b, a), 3)):
+                              (partial(signal.filtfilt, b, a), 3),
+                              (partial(signal.filtfilt, b, a, method="gust"), 3)):
         tracemalloc.start()
         try:
             result = function(x)
@@ -977,7 +1010,7 @@ def test_single_precision_memory():
         finally:
             tracemalloc.stop()
         assert result.dtype == np.float32
-        assert peak <= outputs * result.nbytes + 3 * _filters._BLOCK_BYTES, (function, peak)
+        assert peak <= outputs * result.nbytes + 4 * _filters._BLOCK_BYTES, (function, peak)
 
 
 @pytest.mark.parametrize(("b", "a"), [

@@ -289,8 +289,10 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
         if method == "pad":
             done = _in_blocks(lambda x, zi: _chunked(b, a, _NUMPY, x, x.ndim - 1, zi),
                               lfilter_zi(b, a), ns, x, axis, padtype, edge, work, out)
-            if done is not None:
-                return done
+        else:
+            done = _gustafsson_in_blocks(b, a, ns, x, axis, irlen, work, out)
+        if done is not None:
+            return done
         x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis, keep=_keep(ns, order=order))
         if method == "gust":
             return outward(ns.cast(_gustafsson(b, a, ns, x, axis, irlen), out))
@@ -336,6 +338,73 @@ def _gustafsson(b: np.ndarray, a: np.ndarray, ns, x, axis: int, irlen: int | Non
     correction = ns.apply_along(effect, states, axis)
     y = ns.add_into(y, head, correction[_along(correction, axis, slice(0, span))])
     return ns.add_into(y, tail, correction[_along(correction, axis, slice(span, 2 * span))])
+
+
+def _gustafsson_in_blocks(b: np.ndarray, a: np.ndarray, ns, x, axis: int, irlen, work, out):
+    """`_gustafsson` over a long single-precision signal that NumPy computes on, in blocks
+    of time (`_filters._block`) as `_in_blocks` runs the padded scheme, returned in
+    ``out``; None where the signal is not such a one, or the states are fitted to the
+    whole of it.
+
+    The four passes run block by block from zero states, through one buffer in ``work``
+    precision: the forward pass, then the backward pass over it, which writes the result
+    (rounded) and keeps its first and last ``span`` samples; then the backward pass over
+    the signal, and the forward pass over that, of which only those ends are kept. The
+    fitted states' corrections, which reach only the ends, are added there before they
+    are rounded."""
+    block = _block(ns, x, axis, work, out)
+    order = max(a.size, b.size) - 1
+    if block is None or order == 0:
+        return None
+    length = x.shape[axis]
+    if irlen is None:
+        irlen = _response_length(b, a, length)
+    span = irlen
+    if length <= 2 * span:
+        return None
+    (signal,) = ns.numpy_views(x)
+    result = np.empty(signal.shape, out)
+    signal, target = np.moveaxis(signal, axis, -1), np.moveaxis(result, axis, -1)
+    time, rest = signal.ndim - 1, signal.shape[:-1]
+    buffer = np.empty((*rest, length), work)
+    starts = range(0, length, block)
+
+    def run(part, state):
+        """``part`` (time last, in ``work``) filtered from ``state`` (zeros for None)."""
+        zi = np.zeros((*rest, order), work) if state is None else state
+        return _chunked(b, a, _NUMPY, np.ascontiguousarray(part, work), time, zi)
+
+    def ends(values, start: int, into: np.ndarray) -> None:
+        """Samples ``start`` on of ``values`` that fall in the first or last ``span``
+        samples, into ``into`` (the first ``span``, then the last)."""
+        for first, offset in ((0, 0), (length - span, span)):
+            lo, hi = max(start, first), min(start + values.shape[-1], first + span)
+            if lo < hi:
+                into[..., offset + lo - first:offset + hi - first] = values[..., lo - start:
+                                                                           hi - start]
+
+    state = None
+    for start in starts:  # forward
+        buffer[..., start:start + block], state = run(signal[..., start:start + block], state)
+    forward_backward, state = np.empty((*rest, 2 * span), work), None
+    for start in reversed(starts):  # backward over it: the result, and its ends kept
+        part, state = run(buffer[..., start:start + block][..., ::-1], state)
+        part = part[..., ::-1]
+        target[..., start:start + block] = part
+        ends(part, start, forward_backward)
+    state = None
+    for start in reversed(starts):  # backward over the signal
+        part, state = run(signal[..., start:start + block][..., ::-1], state)
+        buffer[..., start:start + block] = part[..., ::-1]
+    backward_forward, state = np.empty((*rest, 2 * span), work), None
+    for start in starts:  # forward over that: its ends
+        part, state = run(buffer[..., start:start + block], state)
+        ends(part, start, backward_forward)
+    fit, effect = _gustafsson_operators(b, a, span, whole=False)
+    states = _NUMPY.apply_along(fit, backward_forward - forward_backward, time)
+    corrected = forward_backward + _NUMPY.apply_along(effect, states, time)
+    target[..., :span], target[..., length - span:] = corrected[..., :span], corrected[..., span:]
+    return ns.from_numpy(result)
 
 
 def _state_response(b: np.ndarray, a: np.ndarray, length: int) -> np.ndarray:
