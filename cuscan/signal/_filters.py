@@ -186,15 +186,17 @@ _BLOCK_BYTES = 1 << 24
 _MIN_BLOCK = 1 << 13
 
 
-def _block(ns, x, axis: int, work: np.dtype, out: np.dtype) -> int | None:
-    """The length of the blocks of time a signal computed on in ``work`` precision and
-    returned in ``out`` is filtered in (`_in_blocks`): where it is in single precision,
-    NumPy computes on it (`numpy_views`) and it is at least two blocks long; else None."""
+def _blocks(ns, x, axis: int, work: np.dtype, out: np.dtype, zi=None) -> tuple | None:
+    """How a signal computed on in ``work`` precision and returned in ``out`` is filtered
+    in blocks of time (`_in_blocks`): the blocks' length, and NumPy views of ``x`` and
+    ``zi`` (`numpy_views`), where it is in single precision, NumPy computes on it and it
+    is at least two blocks long; else None."""
     length = x.shape[axis]
-    if out == work or not length or ns.numpy_views(x) is None:
+    views = None if out == work or not length else ns.numpy_views(x, zi)
+    if views is None:  # (and the shape is known: no trace)
         return None
     block = max(_MIN_BLOCK, _BLOCK_BYTES // (work.itemsize * (math.prod(x.shape) // length)))
-    return block if length >= 2 * block else None
+    return (block, *views) if length >= 2 * block else None
 
 
 def _in_blocks(run, ns, x, axis: int, zi, work: np.dtype, out: np.dtype, order: int,
@@ -210,12 +212,11 @@ def _in_blocks(run, ns, x, axis: int, zi, work: np.dtype, out: np.dtype, order: 
     into the result; the state (``zi``'s layout: ``order`` samples along ``axis``, after
     ``sections``) is carried from block to block in double precision. The copies then
     take a block's memory, and no block is copied again into that layout."""
-    block = _block(ns, x, axis, work, out)
-    views = None if block is None else ns.numpy_views(x, zi)
-    if views is None:
+    blocks = _blocks(ns, x, axis, work, out, zi)
+    if blocks is None:
         y, zf = run(ns, ns.cast(x, work), axis, zi)
         return ns.cast(y, out), None if zf is None else ns.cast(zf, out)
-    x, given = views
+    block, x, given = blocks
     length = x.shape[axis]
     head = () if sections is None else (sections,)
     if given is None:

@@ -14,7 +14,7 @@ from cuscan.signal._filters import (
     _NUMPY,
     ArrayLike,
     _along,
-    _block,
+    _blocks,
     _cascade,
     _chunked,
     _design,
@@ -158,7 +158,7 @@ def _forward_backward(run, steady: np.ndarray, design: tuple[bytes, ...] | None,
 
 def _in_blocks(run, steady: np.ndarray, ns, x, axis: int, padtype, edge: int, work, out):
     """`_forward_backward` over a long single-precision signal that NumPy computes on, in
-    blocks of time (`_filters._block`) as `_filters._in_blocks` filters one, returned in
+    blocks of time (`_filters._blocks`) as `_filters._in_blocks` filters one, returned in
     ``out``; None where the signal is not such a one.
 
     Each block of the padded signal is cast on its own into a copy whose samples follow
@@ -167,10 +167,10 @@ def _in_blocks(run, steady: np.ndarray, ns, x, axis: int, padtype, edge: int, wo
     forward pass's output is kept in ``work`` precision for the backward pass, which runs
     over it block by block from its end and writes the result: cast whole, the padded
     signal, both passes and the flips held eight times the result's size beyond it."""
-    block = _block(ns, x, axis, work, out)
-    if block is None:
+    blocks = _blocks(ns, x, axis, work, out)
+    if blocks is None:
         return None
-    (signal,) = ns.numpy_views(x)
+    block, signal, _ = blocks
     result = np.empty(signal.shape, out)
     signal, target = np.moveaxis(signal, axis, -1), np.moveaxis(result, axis, -1)
     length, time = signal.shape[-1], signal.ndim - 1
@@ -342,7 +342,7 @@ def _gustafsson(b: np.ndarray, a: np.ndarray, ns, x, axis: int, irlen: int | Non
 
 def _gustafsson_in_blocks(b: np.ndarray, a: np.ndarray, ns, x, axis: int, irlen, work, out):
     """`_gustafsson` over a long single-precision signal that NumPy computes on, in blocks
-    of time (`_filters._block`) as `_in_blocks` runs the padded scheme, returned in
+    of time (`_filters._blocks`) as `_in_blocks` runs the padded scheme, returned in
     ``out``; None where the signal is not such a one, or the states are fitted to the
     whole of it.
 
@@ -352,17 +352,15 @@ def _gustafsson_in_blocks(b: np.ndarray, a: np.ndarray, ns, x, axis: int, irlen,
     the signal, and the forward pass over that, of which only those ends are kept. The
     fitted states' corrections, which reach only the ends, are added there before they
     are rounded."""
-    block = _block(ns, x, axis, work, out)
+    blocks = _blocks(ns, x, axis, work, out)
     order = max(a.size, b.size) - 1
-    if block is None or order == 0:
+    if blocks is None or order == 0:
         return None
     length = x.shape[axis]
-    if irlen is None:
-        irlen = _response_length(b, a, length)
-    span = irlen
+    span = _response_length(b, a, length) if irlen is None else irlen
     if length <= 2 * span:
         return None
-    (signal,) = ns.numpy_views(x)
+    block, signal, _ = blocks
     result = np.empty(signal.shape, out)
     signal, target = np.moveaxis(signal, axis, -1), np.moveaxis(result, axis, -1)
     time, rest = signal.ndim - 1, signal.shape[:-1]
