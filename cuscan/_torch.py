@@ -372,7 +372,7 @@ def _previous_states(output, initial_state, axis: int, reverse: bool) -> torch.T
     if initial_state is None:
         first = output.new_zeros(step_shape)
     else:
-        first = initial_state.expand(*step_shape[:axis], *step_shape[axis + 1:])
+        first = initial_state.expand(step_shape[:axis] + step_shape[axis + 1:])  # () in 1-D
         first = first.unsqueeze(axis).to(output.dtype)
     return _shift(output, first, axis, later=not reverse)
 

@@ -223,12 +223,15 @@ def test_real_operands_of_a_complex_recurrence(device):
     assert torch.autograd.gradgradcheck(cuscan.linear_recurrence, inputs)
 
 
-@pytest.mark.parametrize("length", [1, 2])
-def test_higher_order_short_sequences(device, length):
+@pytest.mark.parametrize("channels", [(2,), ()])
+@pytest.mark.parametrize("length", [1, 2, 17])
+def test_higher_order_short_sequences(device, length, channels):
+    """Second derivatives, also of one channel with a 0-d state, which the differentiable
+    gradient expands to the shape of a step without channels."""
     generator = torch.Generator().manual_seed(3)
-    decays = torch.rand(length, 2, generator=generator, dtype=torch.float64)
-    impulses = torch.randn(length, 2, generator=generator, dtype=torch.float64)
-    state = torch.randn(2, generator=generator, dtype=torch.float64)
+    decays = torch.rand(length, *channels, generator=generator, dtype=torch.float64)
+    impulses = torch.randn(length, *channels, generator=generator, dtype=torch.float64)
+    state = torch.randn(channels, generator=generator, dtype=torch.float64)
     inputs = tuple(v.to(device).requires_grad_() for v in (decays, impulses, state))
     for reverse in (False, True):
         def function(a, x, s, reverse=reverse):
