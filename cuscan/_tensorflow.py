@@ -339,6 +339,38 @@ def check(name: str, value) -> None:
                         f"(convert with {how})")
 
 
+def constant(name: str, value) -> np.ndarray:
+    """The values of ``value`` (a tensor or variable), for a constant that nothing
+    differentiates, such as cuscan.signal's filter coefficients: inside `tf.function` those
+    TensorFlow knows when tracing (`tf.get_static_value`). Refused where a tape or a forward
+    accumulator follows it, whose derivatives would be lost, or where its values are not
+    known until the function runs."""
+    check(name, value)
+    tensor = tf.convert_to_tensor(value)  # a variable read where a watching tape sees it
+    if _recording() and (_tangents([tensor]) or _watched(tensor)):
+        raise TypeError(f"`{name}` is watched by a GradientTape or ForwardAccumulator, but "
+                        "filter coefficients are constants to cuscan.signal: pass "
+                        f"`tf.stop_gradient({name})`")
+    values = tf.get_static_value(tensor)
+    if values is None:
+        what = ("is a variable, whose value inside tf.function is read when the function runs"
+                if isinstance(value, tf.Variable) else "has no values while tf.function traces it")
+        raise TypeError(f"`{name}` {what}, but filter coefficients are designed from their "
+                        "values when it is traced: pass NumPy arrays, or tensors made outside "
+                        "the function (or with tf.constant inside it)")
+    return np.asarray(values)
+
+
+def _watched(tensor: tf.Tensor) -> bool:
+    """Whether a gradient tape records operations on ``tensor`` (TensorFlow's own test;
+    True if it cannot be asked)."""
+    try:
+        from tensorflow.python.eager import record
+    except ImportError:  # pragma: no cover - TensorFlow moved it
+        return True
+    return bool(record.should_record_backprop([tensor]))
+
+
 def _as_tensors(operands: dict[str, object]) -> list[tf.Tensor | None]:
     """Operands as tensors of the result dtype (Python scalars are weak, as in the core)."""
     for name, value in operands.items():

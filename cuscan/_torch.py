@@ -534,6 +534,52 @@ def check_layout(name: str, tensor: torch.Tensor) -> None:
                         "tensors (convert with .to_dense())")
 
 
+def _followed(tensor: torch.Tensor) -> str | None:
+    """What follows ``tensor``'s values beyond them (a gradient, a tangent or a batch of
+    torch.func's transforms, at any of their levels), in words; None if nothing does."""
+    functorch = torch._C._functorch
+    levels = {layer.level(): layer.key() for layer in functorch.get_interpreter_stack() or ()}
+    # a forward-mode level opened outside torch.func's transforms, whose tangents they hide
+    hidden = bool(levels) and _forward_mode() and functorch.TransformType.Jvp not in levels.values()
+    while True:
+        if tensor.requires_grad and torch.is_grad_enabled():
+            return "requires grad"
+        if torch.autograd.forward_ad.unpack_dual(tensor).tangent is not None:
+            return "carries a forward-mode tangent"
+        if not functorch.is_functorch_wrapped_tensor(tensor):
+            return "may carry a forward-mode tangent, hidden by torch.func" if hidden else None
+        if functorch.is_batchedtensor(tensor) or functorch.is_legacy_batchedtensor(tensor):
+            return "is batched by torch.func.vmap"
+        level = functorch.maybe_get_level(tensor)
+        if levels.get(level) == functorch.TransformType.Jvp and level != max(levels):
+            # a tangent of an enclosing jvp is hidden by the transforms inside it
+            return "may carry a tangent of an enclosing torch.func.jvp"
+        tensor = functorch.get_unwrapped(tensor)
+
+
+def constant(name: str, tensor: torch.Tensor) -> np.ndarray:
+    """``tensor``'s values as a NumPy array (float32 or wider), for a constant that
+    nothing differentiates, such as cuscan.signal's filter coefficients; also under
+    torch.func's transforms, which wrap every tensor made inside them. A tensor whose
+    values something follows beyond them is refused: its derivatives would be lost."""
+    check_layout(name, tensor)
+    followed = _followed(tensor)
+    if followed is not None:
+        raise TypeError(f"`{name}` {followed}, but filter coefficients are constants to "
+                        f"cuscan.signal: pass values that nothing differentiates or batches "
+                        f"(`{name}.detach()`, or a tensor made outside the transforms)")
+    if tensor.is_meta:
+        raise TypeError(f"`{name}` is a meta tensor, which has no values; filter "
+                        "coefficients must have them")
+    while torch._C._functorch.is_functorch_wrapped_tensor(tensor):
+        tensor = torch._C._functorch.get_unwrapped(tensor)
+    with torch._C._DisableFuncTorch():  # no transform wraps the copies
+        tensor = tensor.detach().cpu().resolve_conj().resolve_neg()
+        if tensor.dtype.is_floating_point and tensor.dtype.itemsize < 4:
+            tensor = tensor.double()  # bfloat16 and float8, which NumPy lacks
+        return tensor.numpy()
+
+
 def _as_tensors(names: tuple[str, ...], *values) -> list[torch.Tensor | None]:
     """Operands as tensors: Python scalars are weak, as in the core, and take the tensors'
     dtype (complex if the scalar is) and device; None stays None."""

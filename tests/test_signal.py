@@ -2741,14 +2741,112 @@ def test_torch_compile():
             torch.testing.assert_close(compiled, plain, equal_nan=True, msg=name)
 
 
-def test_coefficients_that_require_grad_are_refused():
+def test_torch_coefficients_are_constants():
+    """Coefficient tensors are read as constants, under torch.func's transforms too (which
+    wrap every tensor made inside them); one whose values autograd, forward-mode AD or a
+    transform follows is refused, where its derivatives or batch would be lost."""
     torch = require("torch")
-    a = torch.tensor([1.0, -0.5], requires_grad=True)
-    with pytest.raises(TypeError, match=r"`a` requires grad, but filter coefficients are "
-                                        r"constants"):
-        signal.lfilter([1.0], a, torch.ones(5))
-    y = signal.lfilter(torch.tensor([1.0]), a.detach(), torch.ones(3, dtype=torch.float64))
-    torch.testing.assert_close(y, torch.tensor([1.0, 1.5, 1.75], dtype=torch.float64))
+    fw = torch.autograd.forward_ad
+    b, a = (torch.tensor(v, dtype=torch.float64) for v in ss.cheby1(3, 1, 0.2))
+    sos = torch.from_numpy(ss.butter(4, 0.1, output="sos"))
+    x = torch.from_numpy(np.random.default_rng(40).standard_normal((3, 50)))
+    nb, na, nsos = b.numpy(), a.numpy(), sos.numpy()
+
+    def losses(b, a, sos):
+        return {"lfilter": lambda x: signal.lfilter(b, a, x).square().sum(),
+                "sosfilt": lambda x: signal.sosfilt(sos, x).square().sum(),
+                "filtfilt": lambda x: signal.filtfilt(b, a, x).square().sum(),
+                "sosfiltfilt": lambda x: signal.sosfiltfilt(sos, x).square().sum(),
+                "zi": lambda x: signal.lfilter(
+                    b, a, x, zi=torch.from_numpy(signal.lfilter_zi(b, a)) * x[..., :1])[0]
+                .square().sum(),
+                "lfiltic": lambda x: signal.lfiltic(b, a, x[..., :3]).square().sum()}
+
+    expected = {name: (torch.func.grad(loss)(x), torch.func.jacrev(loss)(x[0]))
+                for name, loss in losses(nb, na, nsos).items()}
+    for name, loss in losses(b, a, sos).items():
+        torch.testing.assert_close(torch.func.grad(loss)(x), expected[name][0], msg=name)
+        torch.testing.assert_close(torch.func.jacrev(loss)(x[0]), expected[name][1], msg=name)
+        def inside(x, name=name):  # the coefficients made under the transform
+            return losses(b * 1.0, a.clone(), sos + 0.0)[name](x)
+
+        torch.testing.assert_close(torch.func.grad(inside)(x), expected[name][0], msg=name)
+    want = signal.lfilter(nb, na, x)
+    for transformed in (torch.func.vmap(lambda x: signal.lfilter(b, a, x)),
+                        lambda x: torch.func.jvp(lambda x: signal.lfilter(b, a, x), (x,),
+                                                 (x,))[1]):
+        torch.testing.assert_close(transformed(x), want)
+    with torch.no_grad():  # a parameter that nothing differentiates here
+        torch.testing.assert_close(signal.lfilter(torch.nn.Parameter(b), a, x), want)
+
+    def dual(b):
+        with fw.dual_level():
+            return signal.lfilter(fw.make_dual(b, torch.ones_like(b)), a, x)
+
+    def dual_inside_grad(b):
+        with fw.dual_level():
+            d = fw.make_dual(b, torch.ones_like(b))
+            return torch.func.grad(lambda x: signal.lfilter(d, a, x).sum())(x)
+
+    refused = [
+        ("requires grad", lambda: signal.lfilter(b.clone().requires_grad_(), a, x)),
+        ("requires grad", lambda: torch.func.grad(lambda b: signal.lfilter(b, a, x).sum())(b)),
+        ("is batched by torch.func.vmap", lambda: torch.func.vmap(
+            lambda sos: signal.sosfilt(sos, x))(sos.expand(2, -1, -1))),
+        ("carries a forward-mode tangent", lambda: torch.func.jvp(
+            lambda b: signal.lfilter(b, a, x), (b,), (b,))),
+        ("carries a forward-mode tangent", lambda: dual(b)),
+        ("may carry a tangent of an enclosing torch.func.jvp", lambda: torch.func.jvp(
+            lambda b: torch.func.grad(lambda x: signal.lfilter(b, a, x).sum())(x), (b,), (b,))),
+        ("may carry a forward-mode tangent, hidden by torch.func", lambda: dual_inside_grad(b)),
+        ("is a meta tensor", lambda: signal.lfilter(b, a.to("meta"), x)),
+    ]
+    for words, call in refused:
+        with pytest.raises(TypeError, match=rf"`(b|a|sos)` {words}"):
+            call()
+
+
+def test_jax_coefficients_are_constants():
+    """Concrete JAX coefficients serve under jit and grad; traced ones (jax.numpy's arrays
+    made inside jit, or coefficients differentiated or batched) are refused."""
+    jax = require("jax")
+    b, a = ss.butter(3, 0.2)
+    x = np.random.default_rng(41).standard_normal((2, 40))
+    with jax.enable_x64(True):
+        jb, ja = jax.numpy.asarray(b), jax.numpy.asarray(a)
+        want = ss.lfilter(b, a, x)
+        np.testing.assert_allclose(jax.jit(lambda x: signal.lfilter(jb, ja, x))(x), want,
+                                   rtol=1e-12, atol=1e-12)
+        for call in (lambda: jax.jit(lambda x: signal.lfilter(jax.numpy.asarray(b), a, x))(x),
+                     lambda: jax.grad(lambda b: signal.lfilter(b, a, x).sum())(jb),
+                     lambda: jax.vmap(lambda b: signal.lfilter(b, a, x))(jb[None])):
+            with pytest.raises(TypeError, match="`b` is traced by JAX"):
+                call()
+
+
+def test_tensorflow_coefficients_are_constants():
+    """TensorFlow coefficients serve where no tape follows them and, inside tf.function,
+    where their values are known when it is traced; others are refused."""
+    tf = require("tensorflow")
+    b, a = ss.butter(3, 0.2)
+    x = tf.constant(np.random.default_rng(42).standard_normal(40))
+    want = ss.lfilter(b, a, x.numpy())
+    variable = tf.Variable(b)
+    with tf.GradientTape():
+        with pytest.raises(TypeError, match="`b` is watched by a GradientTape"):
+            signal.lfilter(variable, a, x)
+        np.testing.assert_allclose(signal.lfilter(tf.stop_gradient(variable), a, x), want,
+                                   rtol=1e-12, atol=1e-12)
+    denominator = tf.constant(a)
+    with (tf.autodiff.ForwardAccumulator(denominator, tf.ones(a.size, tf.float64)),
+          pytest.raises(TypeError, match="`a` is watched")):
+        signal.lfilter(b, denominator, x)
+    inside = tf.function(lambda x: signal.lfilter(tf.constant(b), tf.constant(a), x))
+    np.testing.assert_allclose(inside(x), want, rtol=1e-12, atol=1e-12)
+    for function, words in ((tf.function(lambda b: signal.lfilter(b, a, x)), "has no values"),
+                            (tf.function(lambda: signal.lfilter(variable, a, x)), "is a variable")):
+        with pytest.raises(TypeError, match=f"`b` {words}"):
+            function(*([tf.constant(b)] if "values" in words else []))
 
 
 def test_jax_without_64_bit_mode():

@@ -65,21 +65,23 @@ def _front_door(function):
 def _host(coefficients, name: str) -> np.ndarray:
     """Filter coefficients as a NumPy array: they are small, and constants (CuPy arrays
     and tensors are copied; the filter is not differentiated with respect to them)."""
-    if getattr(coefficients, "requires_grad", False):
-        raise TypeError(f"`{name}` requires grad, but filter coefficients are constants to "
-                        f"cuscan.signal; pass `{name}.detach()`")
     lib = _backend.library(coefficients)
     if lib == "torch":
         from cuscan import _torch
 
-        _torch.check_layout(name, coefficients)
-        coefficients = coefficients.cpu()
-        if coefficients.dtype.is_floating_point and coefficients.dtype.itemsize < 4:
-            coefficients = coefficients.double()  # bfloat16 and float8, which NumPy lacks
+        coefficients = _torch.constant(name, coefficients)
     elif lib == "tensorflow":
         from cuscan import _tensorflow
 
-        _tensorflow.check(name, coefficients)
+        coefficients = _tensorflow.constant(name, coefficients)
+    elif lib == "jax":
+        import jax
+
+        if isinstance(coefficients, jax.core.Tracer):
+            raise TypeError(
+                f"`{name}` is traced by JAX (inside jit, grad, jvp or vmap), but filter "
+                "coefficients are constants to cuscan.signal: pass NumPy arrays, or JAX "
+                "arrays made outside the traced function (jax.numpy makes tracers inside jit)")
     elif lib == "cupy":
         coefficients = coefficients.get()
     coefficients = np.asarray(coefficients)
