@@ -2612,7 +2612,8 @@ def test_jax_symbolic_lengths():
 
 
 def test_torch_func_vmap_over_signals_and_alphas():
-    """torch.func.vmap maps the filters and ema (per-signal alphas) over a batch."""
+    """torch.func.vmap maps the filters and ema (per-signal alphas) over a batch, and
+    `lfilter` and `sosfilt` over initial states alone (a batch the signal does not have)."""
     torch = require("torch")
     x = torch.randn(4, 100, dtype=torch.float64)
     alphas = torch.tensor([0.1, 0.2, 0.3, 1.0], dtype=torch.float64)
@@ -2620,6 +2621,15 @@ def test_torch_func_vmap_over_signals_and_alphas():
     y = torch.func.vmap(lambda v: signal.sosfiltfilt(sos, v))(x)
     np.testing.assert_allclose(y.numpy(), ss.sosfiltfilt(sos, x.numpy()), rtol=1e-10,
                                atol=1e-12)
+    b, a = ss.cheby1(3, 1, 0.2)
+    states = {"lfilter": (partial(signal.lfilter, b, a), partial(ss.lfilter, b, a), (5, 4, 3)),
+              "sosfilt": (partial(signal.sosfilt, sos), partial(ss.sosfilt, sos), (5, 2, 4, 2))}
+    for name, (mine, scipys, shape) in states.items():
+        zi = torch.randn(shape, dtype=torch.float64)
+        for out in (0, 1):
+            y = torch.func.vmap(lambda z, mine=mine, out=out: mine(x, zi=z)[out])(zi)
+            want = np.stack([scipys(x.numpy(), zi=z)[out] for z in zi.numpy()])
+            np.testing.assert_allclose(y.numpy(), want, rtol=1e-10, atol=1e-12, err_msg=name)
     for adjust in (False, True):
         y = torch.func.vmap(lambda v, a, adjust=adjust: signal.ema(v, a, adjust=adjust))(
             x, alphas)

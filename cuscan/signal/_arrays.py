@@ -195,6 +195,17 @@ class _Torch(_Arrays):
 
         self.torch, self._adapter = torch, _torch
 
+    def add_into(self, w, key, value):
+        if self.torch._C._functorch.peek_interpreter_stack() is None:
+            return super().add_into(w, key, value)
+        # Under torch.func's transforms `value` may be batched where `w` is not (vmap over
+        # the state alone), which an update in place cannot take: add it padded instead.
+        padding = []
+        for k, n in zip(reversed(key), reversed(w.shape), strict=True):
+            start, stop, _ = k.indices(n)
+            padding += [start, n - stop]
+        return w + self.torch.nn.functional.pad(value, padding)
+
     def asarray(self, value, like=None):
         torch = self.torch
         if isinstance(value, torch.Tensor):
