@@ -361,6 +361,110 @@ def constant(name: str, value) -> np.ndarray:
     return np.asarray(values)
 
 
+def sizes_unknown(values) -> bool:
+    """Whether any of ``values`` is a tensor being traced with a dimension of unknown size
+    (None, as Keras' batch) and a known rank."""
+    return not tf.executing_eagerly() and any(
+        isinstance(v, (tf.Tensor, tf.Variable)) and v.shape.rank is not None
+        and None in v.shape.as_list() for v in values)
+
+
+# An unknown length of the signal is set to this (and one more) in the eager calls that
+# `when_run` makes to learn a call's results.
+_PROBE_LENGTH = 4096
+
+
+def when_run(function, bound, data: tuple[str, ...]):
+    """``function`` called with the arguments ``bound`` inside tf.function where tensors of
+    some sizes unknown (`sizes_unknown`) are among them: run as it runs eagerly, in a
+    tf.py_function, where every size is known. Differentiable with respect to the
+    arguments named ``data`` (the others are constants, as `constant` reads them), to any
+    order, by the eager call's own gradients.
+
+    The results' dtypes and static shapes come from eager calls on tensors of 0.5 with the
+    unknown sizes set to 1 and to 2 (an unknown length of the first, the signal, along
+    ``axis``, to 4,096 and 4,097): sizes on which the two agree are known.
+    """
+    if _native():
+        raise ValueError(f"cuscan.signal.{function.__name__} inside tf.function needs every "
+                         "size known where the graph is compiled by XLA or saved (it runs the "
+                         "call in a tf.py_function otherwise); give the tf.function an "
+                         "input_signature with sizes")
+    bound.apply_defaults()
+    arguments = dict(bound.arguments)
+    for name, value in arguments.items():
+        if name not in data and isinstance(value, (tf.Tensor, tf.Variable)):
+            arguments[name] = constant(name, value)
+    names = [n for n in data if isinstance(arguments.get(n), (tf.Tensor, tf.Variable))]
+    tensors = [tf.convert_to_tensor(arguments[n]) for n in names]
+    if _tangents(tensors):
+        raise NotImplementedError(
+            "forward-mode AD (tf.autodiff.ForwardAccumulator) through cuscan.signal on tensors "
+            "of unknown sizes inside tf.function is not supported: TensorFlow cannot derive it "
+            "from a Python gradient; give the sizes, or run the accumulator eagerly")
+
+    def call(*values):
+        result = function(**{**arguments, **dict(zip(names, values, strict=True))})
+        return list(result) if isinstance(result, tuple) else [result]
+
+    def probe(tensor, size: int, signal: bool):
+        shape, axis = tensor.shape.as_list(), arguments.get("axis")
+        time = axis % len(shape) if signal and isinstance(axis, int) and shape else None
+        return tf.fill([n if n is not None else _PROBE_LENGTH + size - 1 if k == time else size
+                        for k, n in enumerate(shape)], tf.cast(0.5, tensor.dtype))
+
+    probes = []
+    with tf.init_scope():  # eagerly
+        for size in (1, 2):
+            try:
+                probes.append(call(*(probe(t, size, k == 0) for k, t in enumerate(tensors))))
+            except Exception:
+                if not probes:
+                    raise
+    if len(probes) == 2:
+        shapes = [[m if m == n else None for m, n in zip(a.shape, b.shape, strict=True)]
+                  for a, b in zip(*probes, strict=True)]
+    else:  # sizes of 2 met known ones: those of 1 may stand for unknown sizes
+        shapes = [[None if n in (1, _PROBE_LENGTH) else n for n in r.shape] for r in probes[0]]
+    results = _in_py_function(call, tensors, [r.dtype for r in probes[0]], shapes)
+    return tuple(results) if len(results) > 1 else results[0]  # no filter returns a 1-tuple
+
+
+def _in_py_function(call, tensors: list, dtypes: list, shapes: list) -> list:
+    """``call(*tensors)``, a list of tensors of ``dtypes``, run eagerly in a tf.py_function,
+    its results given ``shapes``; differentiable with respect to the floating-point
+    ``tensors`` by ``call``'s gradients under an eager tape, computed the same way (so to
+    any order)."""
+
+    @tf.custom_gradient
+    def run(*tensors):
+        results = _eager(call, list(tensors), dtypes, shapes)
+
+        def gradient(*upstream):
+            wrt = [k for k, t in enumerate(tensors) if t.dtype.is_floating or t.dtype.is_complex]
+            upstream = [tf.zeros_like(r) if u is None else u
+                        for r, u in zip(results, upstream, strict=True)]
+
+            def vjp(*values):
+                inputs, cotangents = list(values[:len(tensors)]), list(values[len(tensors):])
+                with tf.GradientTape() as tape:
+                    tape.watch([inputs[k] for k in wrt])
+                    outputs = call(*inputs)
+                return tape.gradient(outputs, [inputs[k] for k in wrt], cotangents,
+                                     unconnected_gradients=tf.UnconnectedGradients.ZERO)
+
+            grads = _in_py_function(vjp, [*tensors, *upstream], [tensors[k].dtype for k in wrt],
+                                    [tensors[k].shape for k in wrt])
+            full = [None] * len(tensors)
+            for k, grad in zip(wrt, grads, strict=True):
+                full[k] = grad
+            return full
+
+        return results, gradient
+
+    return list(run(*tensors))
+
+
 def _watched(tensor: tf.Tensor) -> bool:
     """Whether a gradient tape records operations on ``tensor`` (TensorFlow's own test;
     True if it cannot be asked)."""

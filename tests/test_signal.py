@@ -2488,6 +2488,89 @@ def test_framework_zero_phase(framework):
     assert relative_error(framework.array(y), ss.sosfiltfilt(sos, z)) < 1e-6
 
 
+def test_tensorflow_unknown_sizes():
+    """Inside tf.function, signals (and states and alphas) of unknown sizes, as Keras' batch
+    and time: the values and gradients, first and second order, of eager calls, the results'
+    static shapes known where the inputs' are, and a Keras model trained and run on batches
+    of any size."""
+    tf = require("tensorflow")
+    rng = np.random.default_rng(43)
+    x, zi = rng.standard_normal((4, 3, 50)), rng.standard_normal((4, 3, 3))
+    alphas = rng.uniform(0.1, 0.9, (4, 3, 1))
+    b, a = ss.cheby1(3, 1, 0.2)
+    sos = ss.butter(4, 0.1, output="sos")
+    calls = {
+        "lfilter": (lambda x, z: signal.lfilter(b, a, x, zi=z), (x, zi), (3, 50)),
+        "sosfilt": (lambda x: signal.sosfilt(sos, x), (x,), (3, 50)),
+        "filtfilt": (lambda x: signal.filtfilt(b, a, x, padtype="even"), (x,), (3, 50)),
+        "gust": (lambda x: signal.filtfilt(b, a, x, method="gust", irlen=20), (x,), (3, 50)),
+        "sosfiltfilt": (lambda x: signal.sosfiltfilt(sos, x), (x,), (3, 50)),
+        "ema": (lambda x, alpha: signal.ema(x, alpha, adjust=True), (x, alphas), (3, 50)),
+        "lfiltic": (lambda y, x: signal.lfiltic(b, a, y, x), (x[..., :4], x[..., 4:6]), (3, 3)),
+    }
+
+    def losses(function):
+        def loss(*values):
+            result = function(*values)
+            return sum(tf.reduce_sum(r * r * r) for r in (
+                result if isinstance(result, tuple) else (result,)))
+        return loss
+
+    def derivatives(loss, values):
+        with tf.GradientTape() as outer:
+            outer.watch(values)
+            with tf.GradientTape() as inner:
+                inner.watch(values)
+                total = loss(*values)
+            first = inner.gradient(total, values)
+            projected = sum(tf.reduce_sum(g * tf.ones_like(g)) for g in first)
+        return [total, *first, *outer.gradient(projected, values)]
+
+    def unknown(value, dims):
+        return tf.TensorSpec([None if k in dims else n for k, n in enumerate(value.shape)],
+                             value.dtype)
+
+    for name, (function, arrays, known) in calls.items():
+        values = [tf.constant(v) for v in arrays]
+        eager = [function(*values), *derivatives(losses(function), values)]
+        for dims in ((0,), (0, 2), (0, 1, 2)):  # batch; and time; and channels
+            spec = [unknown(v, dims if k == 0 else set(dims) - {2})
+                    for k, v in enumerate(values)]
+            graph = tf.function(lambda *v, f=function: [f(*v), *derivatives(losses(f), list(v))],
+                                input_signature=spec)
+            result = graph(*values)
+            for got, want in zip(tf.nest.flatten(result), tf.nest.flatten(eager), strict=True):
+                np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-9, atol=1e-11,
+                                           err_msg=f"{name} {dims}")
+            traced = tf.nest.flatten(graph.get_concrete_function(*spec).structured_outputs)[0]
+            want_shape = [None if k in dims else n for k, n in enumerate((4, *known))]
+            if name == "lfiltic":  # its length is the filter's order
+                want_shape[2] = known[1]
+            assert traced.shape.as_list() == want_shape, (name, dims, traced.shape)
+    with pytest.raises(ValueError, match="needs every size known where the graph is compiled"):
+        tf.function(lambda v: signal.sosfilt(sos, v), jit_compile=True,
+                    input_signature=[tf.TensorSpec([None, 3, 50], tf.float64)])(x)
+    with pytest.raises(ValueError, match=r"needs the rank of `x` inside tf\.function"):
+        tf.function(lambda v: signal.sosfilt(sos, v),
+                    input_signature=[tf.TensorSpec(None, tf.float64)])(x)
+
+    keras = require("keras")
+    if keras.backend.backend() != "tensorflow":
+        return
+
+    class Filter(keras.layers.Layer):
+        def call(self, v):
+            return signal.sosfilt(sos, v, axis=1)
+
+    model = keras.Sequential([keras.Input((64, 2)), Filter(), keras.layers.Flatten(),
+                              keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+    data, target = rng.standard_normal((10, 64, 2)), rng.standard_normal((10, 1))
+    model.fit(data, target, batch_size=4, epochs=2, verbose=0)  # batches of 4, 4 and 2
+    np.testing.assert_allclose(model.predict(data, batch_size=3, verbose=0),
+                               model(data).numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_tensorflow_gradient_logs_no_cast_warning(monkeypatch, caplog):
     """A real signal's conjugate pole pairs run as complex recurrences. TensorFlow's gradient
     of a cast from real to complex casts back and logs that it drops the imaginary part;

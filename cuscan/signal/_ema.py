@@ -7,10 +7,19 @@ import numbers
 import numpy as np
 
 from cuscan._api import linear_recurrence, public
-from cuscan.signal._filters import ArrayLike, _along, _dtypes, _length, _signal, _single
+from cuscan.signal._filters import (
+    ArrayLike,
+    _along,
+    _dtypes,
+    _length,
+    _signal,
+    _single,
+    _sizes_when_run,
+)
 
 
 @public
+@_sizes_when_run("x", "alpha")
 def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
         nan_policy: str = "propagate", ignore_na: bool = False, min_periods: int | None = 0):
     """Exponential moving average, as ``pandas.Series.ewm(alpha=alpha, adjust=...).mean()``.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import importlib
+import inspect
 import math
 import numbers
 import sys
@@ -60,6 +61,33 @@ def _front_door(function):
             ) from error
 
     return wrapper
+
+
+def _sizes_when_run(*data: str):
+    """Inside tf.function, a call on tensors some of whose sizes are unknown (None, as
+    Keras' batch) runs as it runs eagerly, in a tf.py_function (`_tensorflow.when_run`),
+    differentiable with respect to the arguments named ``data``: the filters plan their
+    work on the sizes."""
+
+    def decorate(function):
+        signature = inspect.signature(function)
+
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            torch = sys.modules.get("torch")
+            if torch is not None and torch.compiler.is_compiling():  # ema's graph: no TensorFlow
+                return function(*args, **kwargs)
+            if any(_backend.library(v) == "tensorflow" for v in (*args, *kwargs.values())):
+                from cuscan import _tensorflow
+
+                bound = signature.bind(*args, **kwargs)
+                if _tensorflow.sizes_unknown(bound.arguments.get(name) for name in data):
+                    return _tensorflow.when_run(function, bound, data)
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
 
 
 def _host(coefficients, name: str) -> np.ndarray:
@@ -116,9 +144,10 @@ def _inexact(ns, value, name: str, like=None):
     _numeric(name, kind, itemsize, value.dtype)
     if kind not in "fc" or itemsize < 4:
         value = ns.cast(value, np.float64 if kind in "biu" else np.float32)
-    if None in tuple(value.shape):
-        raise ValueError(f"cuscan.signal needs the shape of `{name}` inside tf.function; got "
-                         f"{value.shape} (give the tf.function an input_signature with sizes)")
+    if getattr(value.shape, "rank", 0) is None:  # sizes unknown are `_sizes_when_run`'s
+        raise ValueError(f"cuscan.signal needs the rank of `{name}` inside tf.function; got a "
+                         "shape of unknown rank (give the tf.function an input_signature "
+                         "with ranks)")
     return value
 
 
@@ -809,6 +838,7 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
 
 
 @public
+@_sizes_when_run("x", "zi")
 @_front_door
 def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
             zi: ArrayLike | None = None):
@@ -903,6 +933,7 @@ def _sections(sos) -> np.ndarray:
 
 
 @public
+@_sizes_when_run("x", "zi")
 @_front_door
 def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None = None):
     """Filter `x` with cascaded second-order sections, as ``scipy.signal.sosfilt``.
@@ -1069,6 +1100,7 @@ def sosfilt_zi(sos: ArrayLike) -> np.ndarray:
 
 
 @public
+@_sizes_when_run("y", "x")
 @_front_door
 def lfiltic(b: ArrayLike, a: ArrayLike, y: ArrayLike, x: ArrayLike | None = None,
             axis: int = -1):

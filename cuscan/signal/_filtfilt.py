@@ -29,6 +29,7 @@ from cuscan.signal._filters import (
     _OnHost,
     _sections,
     _signal,
+    _sizes_when_run,
     _steady_start,
     _time_major,
     lfilter_zi,
@@ -208,6 +209,7 @@ def _in_blocks(run, steady: np.ndarray, ns, x, axis: int, padtype, edge: int, wo
 
 
 @public
+@_sizes_when_run("x")
 @_front_door
 def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
              padlen: int | None = None, method: str = "pad", irlen: int | None = None):
@@ -468,6 +470,7 @@ def _gustafsson_operators(b: np.ndarray, a: np.ndarray, span: int, whole: bool):
 
 
 @public
+@_sizes_when_run("x")
 @_front_door
 def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
                 padlen: int | None = None):
