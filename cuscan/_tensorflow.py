@@ -385,12 +385,9 @@ def when_run(function, bound, data: tuple[str, ...]):
     unknown sizes set to 1 and to 2 (an unknown length of the first, the signal, along
     ``axis``, to 4,096 and 4,097): sizes on which the two agree are known.
     """
-    if _native():
-        raise ValueError(f"cuscan.signal.{function.__name__} inside tf.function needs every "
-                         "size known where the graph is compiled by XLA or saved (it runs the "
-                         "call in a tf.py_function otherwise); give the tf.function an "
-                         "input_signature with sizes")
     bound.apply_defaults()
+    if _native():
+        return _native_call(function, bound, data)
     arguments = dict(bound.arguments)
     for name, value in arguments.items():
         if name not in data and isinstance(value, (tf.Tensor, tf.Variable)):
@@ -428,6 +425,31 @@ def when_run(function, bound, data: tuple[str, ...]):
         shapes = [[None if n in (1, _PROBE_LENGTH) else n for n in r.shape] for r in probes[0]]
     results = _in_py_function(call, tensors, [r.dtype for r in probes[0]], shapes)
     return tuple(results) if len(results) > 1 else results[0]  # no filter returns a 1-tuple
+
+
+def _native_call(function, bound, data: tuple[str, ...]):
+    """`when_run`'s call where the graph cannot call back into Python (XLA, SavedModels):
+    the filters' own TensorFlow operations, planned on the sizes, which take unknown ones
+    but the signal's length (the first of ``data``, along ``axis``); a clear error where
+    they cannot."""
+
+    def refused(why: str) -> ValueError:
+        return ValueError(
+            f"cuscan.signal.{function.__name__} inside tf.function, where the graph is "
+            "compiled by XLA or saved, runs TensorFlow's operations, planned on the sizes "
+            f"(elsewhere it runs the call in a tf.py_function); {why}. Give the tf.function "
+            "an input_signature with sizes, or do not compile it with XLA (Keras compiles "
+            "with XLA on a GPU unless model.compile(jit_compile=False))")
+
+    signal, axis = bound.arguments[data[0]], bound.arguments.get("axis")
+    if not (isinstance(axis, int) and -signal.shape.rank <= axis < signal.shape.rank):
+        return function(*bound.args, **bound.kwargs)  # its own error for the axis
+    if signal.shape[axis] is None:
+        raise refused("the signal's length must be known")
+    try:
+        return function(*bound.args, **bound.kwargs)
+    except (TypeError, ValueError) as error:
+        raise refused(f"with sizes unknown it failed: {error}") from error
 
 
 def _in_py_function(call, tensors: list, dtypes: list, shapes: list) -> list:

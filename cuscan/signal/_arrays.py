@@ -161,7 +161,9 @@ class _Arrays:
         one concatenation where slices would each be padded to ``x``'s shape)."""
         return tuple(self.xp.split(x, [index], axis=axis))
 
-    def broadcast_to(self, x, shape):
+    def broadcast_to(self, x, shape, like=None):
+        """``x`` broadcast to ``shape``; where that has sizes unknown (None, in TensorFlow's
+        graphs), ``like``'s, of the same rank, stand for them."""
         return self.xp.broadcast_to(x, shape)
 
     def expand_dims(self, x, axis: int):
@@ -298,7 +300,7 @@ class _Torch(_Arrays):
     def split(self, x, index: int, axis: int) -> tuple:
         return self.torch.split(x, [index, x.shape[axis] - index], axis)
 
-    def broadcast_to(self, x, shape):
+    def broadcast_to(self, x, shape, like=None):
         return x.expand(shape)
 
     def expand_dims(self, x, axis: int):
@@ -469,8 +471,11 @@ class _TensorFlow(_Arrays):
         # key selects a range along one axis and everything along the others
         paddings = []
         for k, n in zip(key, w.shape, strict=True):
-            start, stop, _ = k.indices(n)
-            paddings.append([start, n - stop])
+            if k == slice(None):  # all of a size that may be unknown (None)
+                paddings.append([0, 0])
+            else:
+                start, stop, _ = k.indices(n)
+                paddings.append([start, n - stop])
         return w + self.tf.pad(value, paddings)
 
     def real(self, x):
@@ -501,8 +506,14 @@ class _TensorFlow(_Arrays):
     def split(self, x, index: int, axis: int) -> tuple:
         return tuple(self.tf.split(x, [index, x.shape[axis] - index], axis))
 
-    def broadcast_to(self, x, shape):
-        return self.tf.broadcast_to(x, shape)
+    def broadcast_to(self, x, shape, like=None):
+        if None not in shape:
+            return self.tf.broadcast_to(x, shape)
+        if x.shape.as_list() == list(shape):
+            return x
+        sizes = self.tf.shape(like)
+        return self.tf.broadcast_to(x, self.tf.stack(
+            [sizes[k] if n is None else n for k, n in enumerate(shape)]))
 
     def expand_dims(self, x, axis: int):
         return self.tf.expand_dims(x, axis)

@@ -110,12 +110,11 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
         shape = tuple(alpha.shape)
         if len(shape) == x.ndim - 1 and shape == tuple(channel_shape) and shape:
             alpha = ns.expand_dims(alpha, axis)
-        try:
-            np.broadcast_shapes(tuple(alpha.shape), tuple(x.shape))
-        except ValueError:
+        if not all(m == n or 1 in (m, n) or None in (m, n)  # None: unknown in TensorFlow
+                   for m, n in zip(tuple(alpha.shape)[::-1], tuple(x.shape)[::-1], strict=False)):
             raise ValueError(f"`alpha` must be a scalar, have x's shape without axis "
                              f"{tuple(channel_shape)}, or broadcast to x's shape "
-                             f"{tuple(x.shape)}; got {shape}") from None
+                             f"{tuple(x.shape)}; got {shape}")
         if ns.concrete(alpha):  # values being traced are not checked
             values = ns.host(alpha)
             if not ((values > 0) & (values <= 1)).all():

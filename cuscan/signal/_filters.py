@@ -834,7 +834,7 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
     if not fits:
         raise ValueError(f"`zi` must have shape {expected} (x's shape with axis {axis} of "
                          f"length {order}; other dimensions may be 1); got {shape}")
-    return zi if shape == expected else ns.broadcast_to(zi, expected)
+    return zi if shape == expected else ns.broadcast_to(zi, expected, like=x)
 
 
 @public

@@ -67,7 +67,7 @@ def _padded(ns, x, axis: int, padtype, edge: int):
     last = x[_along(x, axis, slice(length - 1, length))]
     if padtype == "constant":
         shape = (*x.shape[:axis], edge, *x.shape[axis + 1:])
-        before, after = ns.broadcast_to(first, shape), ns.broadcast_to(last, shape)
+        before, after = (ns.broadcast_to(end, shape, like=x) for end in (first, last))
     else:  # the samples next to each end, mirrored about it
         before = ns.flip(x[_along(x, axis, slice(1, edge + 1))], axis)
         after = ns.flip(x[_along(x, axis, slice(length - 1 - edge, length - 1))], axis)
@@ -116,7 +116,7 @@ def _zero_phase_kept(key: tuple, ns, x, axis: int, dtype, whole) -> np.ndarray |
     """`_zero_phase`'s matrix for ``x``'s length, where the product applies and the
     matrix is built; else None."""
     numpy = type(x) is np.ndarray
-    if math.prod(x.shape) == 0 or not (numpy or (ns.on_host(x) and ns.concrete(x))):
+    if not (numpy or (ns.on_host(x) and ns.concrete(x))) or math.prod(x.shape) == 0:
         return None
     length = x.shape[axis]
     if length > _ZERO_PHASE_LENGTH or not np.isfinite(x if numpy else ns.host(x)).all():
