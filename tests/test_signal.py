@@ -2573,13 +2573,14 @@ def test_tensorflow_unknown_sizes():
         def call(self, v):
             return signal.sosfilt(sos, v, axis=1)
 
-    model = keras.Sequential([keras.Input((64, 2)), Filter(), keras.layers.Flatten(),
-                              keras.layers.Dense(1)])
-    model.compile("sgd", "mse")
     data, target = rng.standard_normal((10, 64, 2)), rng.standard_normal((10, 1))
-    model.fit(data, target, batch_size=4, epochs=2, verbose=0)  # batches of 4, 4 and 2
-    np.testing.assert_allclose(model.predict(data, batch_size=3, verbose=0),
-                               model(data).numpy(), rtol=1e-5, atol=1e-6)
+    for jit_compile in (False, True):  # XLA, as Keras compiles on a GPU
+        model = keras.Sequential([keras.Input((64, 2)), Filter(), keras.layers.Flatten(),
+                                  keras.layers.Dense(1)])
+        model.compile("sgd", "mse", jit_compile=jit_compile)
+        model.fit(data, target, batch_size=4, epochs=2, verbose=0)  # batches of 4, 4 and 2
+        np.testing.assert_allclose(model.predict(data, batch_size=3, verbose=0),
+                                   model(data).numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_tensorflow_gradient_logs_no_cast_warning(monkeypatch, caplog):
