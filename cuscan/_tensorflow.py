@@ -382,8 +382,9 @@ def when_run(function, bound, data: tuple[str, ...]):
     order, by the eager call's own gradients.
 
     The results' dtypes and static shapes come from eager calls on tensors of 0.5 with the
-    unknown sizes set to 1 and to 2 (an unknown length of the first, the signal, along
-    ``axis``, to 4,096 and 4,097): sizes on which the two agree are known.
+    unknown sizes set to those other tensors know at the same place, or to 1 and to 2 (an
+    unknown length of the first, the signal, along ``axis``, to 4,096 and 4,097): sizes on
+    which the two agree are known.
     """
     bound.apply_defaults()
     if _native():
@@ -404,11 +405,21 @@ def when_run(function, bound, data: tuple[str, ...]):
         result = function(**{**arguments, **dict(zip(names, values, strict=True))})
         return list(result) if isinstance(result, tuple) else [result]
 
+    # The sizes the tensors know, by position from the last (as they broadcast): an unknown
+    # size takes one another tensor knows there, other than 1.
+    known = {}
+    for tensor in tensors:
+        for k, n in enumerate(reversed(tensor.shape.as_list())):
+            if n not in (None, 1):
+                known[k] = n
+    axis = arguments.get("axis")
+
     def probe(tensor, size: int, signal: bool):
-        shape, axis = tensor.shape.as_list(), arguments.get("axis")
+        shape = tensor.shape.as_list()
         time = axis % len(shape) if signal and isinstance(axis, int) and shape else None
-        return tf.fill([n if n is not None else _PROBE_LENGTH + size - 1 if k == time else size
-                        for k, n in enumerate(shape)], tf.cast(0.5, tensor.dtype))
+        return tf.fill([n if n is not None else _PROBE_LENGTH + size - 1 if k == time
+                        else known.get(len(shape) - 1 - k, size) for k, n in enumerate(shape)],
+                       tf.cast(0.5, tensor.dtype))
 
     probes = []
     with tf.init_scope():  # eagerly

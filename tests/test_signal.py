@@ -2558,6 +2558,17 @@ def test_tensorflow_unknown_sizes():
                              tf.nest.flatten(eager[:len(eager) - len(values)]), strict=True):
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-9, atol=1e-11,
                                        err_msg=f"{name} XLA")
+    # sizes one tensor knows and another does not, in either mode
+    lfilter = calls["lfilter"][0]
+    want = lfilter(tf.constant(x), tf.constant(zi))
+    for jit_compile, shapes in ((False, ([None, 3, 50], [4, 3, 3])),
+                                (True, ([4, 3, 50], [4, None, 3])),
+                                (True, ([4, None, 50], [None, 3, 3]))):
+        got = tf.function(lfilter, jit_compile=jit_compile, input_signature=[
+            tf.TensorSpec(shape, tf.float64) for shape in shapes])(x, zi)
+        for result, expected in zip(got, want, strict=True):
+            np.testing.assert_allclose(result.numpy(), expected.numpy(), rtol=1e-12,
+                                       atol=1e-12, err_msg=str(shapes))
     with pytest.raises(ValueError, match=r"compiled by XLA .* the signal's length must be known"):
         tf.function(lambda v: signal.sosfilt(sos, v), jit_compile=True,
                     input_signature=[tf.TensorSpec([None, 3, None], tf.float64)])(x)

@@ -163,7 +163,7 @@ class _Arrays:
 
     def broadcast_to(self, x, shape, like=None):
         """``x`` broadcast to ``shape``; where that has sizes unknown (None, in TensorFlow's
-        graphs), ``like``'s, of the same rank, stand for them."""
+        graphs), those of ``like`` (by default ``x``), of the same rank, stand for them."""
         return self.xp.broadcast_to(x, shape)
 
     def expand_dims(self, x, axis: int):
@@ -511,7 +511,7 @@ class _TensorFlow(_Arrays):
             return self.tf.broadcast_to(x, shape)
         if x.shape.as_list() == list(shape):
             return x
-        sizes = self.tf.shape(like)
+        sizes = self.tf.shape(x if like is None else like)
         return self.tf.broadcast_to(x, self.tf.stack(
             [sizes[k] if n is None else n for k, n in enumerate(shape)]))
 

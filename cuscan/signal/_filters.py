@@ -823,13 +823,18 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
     _numeric("zi", ns.kind(zi), ns.itemsize(zi), zi.dtype)
     shape = tuple(zi.shape)
     expected = (*x.shape[:axis], order, *x.shape[axis + 1:])
+
+    def same(have, want) -> bool:  # sizes unknown (None, in TensorFlow's graphs) may be
+        return have == want or None in (have, want)
+
     if sections is not None:
-        if shape != (sections, *expected):
+        if len(shape) != x.ndim + 1 or not all(
+                same(have, want) for have, want in zip(shape, (sections, *expected), strict=False)):
             raise ValueError(f"`zi` must have shape {(sections, *expected)} (n_sections, then "
                              f"x's shape with axis {axis} of length {order}); got {shape}")
         return zi
     fits = len(shape) == x.ndim and all(
-        have == want or (have == 1 and k != axis)
+        same(have, want) or (have == 1 and k != axis)
         for k, (have, want) in enumerate(zip(shape, expected, strict=True)))
     if not fits:
         raise ValueError(f"`zi` must have shape {expected} (x's shape with axis {axis} of "
