@@ -377,9 +377,10 @@ _PROBE_LENGTH = 4096
 def when_run(function, bound, data: tuple[str, ...]):
     """``function`` called with the arguments ``bound`` inside tf.function where tensors of
     some sizes unknown (`sizes_unknown`) are among them: run as it runs eagerly, in a
-    tf.py_function, where every size is known. Differentiable with respect to the
-    arguments named ``data`` (the others are constants, as `constant` reads them), to any
-    order, by the eager call's own gradients.
+    tf.py_function, where every size is known (or, where the graph cannot call back into
+    Python, `_native_call`). Differentiable with respect to the arguments named ``data``
+    (the others are constants, as `constant` reads them), to any order, by the eager call's
+    own gradients.
 
     The results' dtypes and static shapes come from eager calls on tensors of 0.5 with the
     unknown sizes set to those other tensors know at the same place, or to 1 and to 2 (an

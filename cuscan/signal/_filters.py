@@ -65,8 +65,9 @@ def _front_door(function):
 
 def _sizes_when_run(*data: str):
     """Inside tf.function, a call on tensors some of whose sizes are unknown (None, as
-    Keras' batch) runs as it runs eagerly, in a tf.py_function (`_tensorflow.when_run`),
-    differentiable with respect to the arguments named ``data``: the filters plan their
+    Keras' batch) runs as it runs eagerly, in a tf.py_function, or where the graph cannot
+    call back into Python, in the filters' own operations (`_tensorflow.when_run`); it is
+    differentiable with respect to the arguments named ``data``. The filters plan their
     work on the sizes."""
 
     def decorate(function):
@@ -824,7 +825,7 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
     shape = tuple(zi.shape)
     expected = (*x.shape[:axis], order, *x.shape[axis + 1:])
 
-    def same(have, want) -> bool:  # sizes unknown (None, in TensorFlow's graphs) may be
+    def same(have, want) -> bool:  # an unknown size (None, in TensorFlow's graphs) may be any
         return have == want or None in (have, want)
 
     if sections is not None:
