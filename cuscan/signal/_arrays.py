@@ -202,10 +202,7 @@ class _Torch(_Arrays):
             return super().add_into(w, key, value)
         # Under torch.func's transforms `value` may be batched where `w` is not (vmap over
         # the state alone), which an update in place cannot take: add it padded instead.
-        padding = []
-        for k, n in zip(reversed(key), reversed(w.shape), strict=True):
-            start, stop, _ = k.indices(n)
-            padding += [start, n - stop]
+        padding = [n for pair in reversed(_paddings(key, w.shape)) for n in pair]
         return w + self.torch.nn.functional.pad(value, padding)
 
     def asarray(self, value, like=None):
@@ -468,15 +465,7 @@ class _TensorFlow(_Arrays):
         return self._adapter._cast(x, self.tf.as_dtype(np.dtype(dtype)))
 
     def add_into(self, w, key, value):
-        # key selects a range along one axis and everything along the others
-        paddings = []
-        for k, n in zip(key, w.shape, strict=True):
-            if k == slice(None):  # all of a size that may be unknown (None)
-                paddings.append([0, 0])
-            else:
-                start, stop, _ = k.indices(n)
-                paddings.append([start, n - stop])
-        return w + self.tf.pad(value, paddings)
+        return w + self.tf.pad(value, _paddings(key, w.shape))
 
     def real(self, x):
         return self.tf.math.real(x)
@@ -531,6 +520,19 @@ class _TensorFlow(_Arrays):
 
     def host(self, x) -> np.ndarray:
         return x.numpy()
+
+
+def _paddings(key: tuple, shape) -> list[list[int]]:
+    """For each axis, how many samples lie before and after those ``key`` selects: a range
+    along one axis and all along the others, whose sizes may be unknown (None)."""
+    paddings = []
+    for k, n in zip(key, shape, strict=True):
+        if k == slice(None):
+            paddings.append([0, 0])
+        else:
+            start, stop, _ = k.indices(n)
+            paddings.append([start, n - stop])
+    return paddings
 
 
 def _row_major(shape, itemsize: int) -> tuple[int, ...]:
