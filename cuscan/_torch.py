@@ -573,10 +573,15 @@ def constant(name: str, tensor: torch.Tensor) -> np.ndarray:
                         "coefficients must have them")
     while torch._C._functorch.is_functorch_wrapped_tensor(tensor):
         tensor = torch._C._functorch.get_unwrapped(tensor)
+    dtype = tensor.dtype
+    if dtype not in _DTYPES and not dtype.is_floating_point and not dtype.is_complex:
+        raise _dtypes.unsupported(name, dtype)  # quantized, bit and packed types
     with torch._C._DisableFuncTorch():  # no transform wraps the copies
         tensor = tensor.detach().cpu().resolve_conj().resolve_neg()
-        if tensor.dtype.is_floating_point and tensor.dtype.itemsize < 4:
-            tensor = tensor.double()  # bfloat16 and float8, which NumPy lacks
+        if dtype.is_complex and dtype.itemsize < 8:  # complex32, which NumPy lacks
+            tensor = tensor.to(torch.complex128)
+        elif dtype.is_floating_point and dtype.itemsize < 4:  # bfloat16 and float8 too
+            tensor = tensor.double()
         return tensor.numpy()
 
 

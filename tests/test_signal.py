@@ -2746,8 +2746,8 @@ def test_torch_func_vmap_over_signals_and_alphas():
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
 def test_torch_tensors_cuscan_cannot_compute_on_are_refused():
     """Sparse, nested and quantized tensors, as signals, coefficients, states or alphas:
-    a TypeError naming the argument, as the core gives. Float8 and bfloat16, which the
-    core refuses and NumPy lacks, are computed on in higher precision."""
+    a TypeError naming the argument, as the core gives (float8 and complex32 tensors are
+    widened: `test_narrow_dtypes_are_widened`)."""
     torch = require("torch")
     sos, x = ss.butter(4, 0.1, output="sos"), torch.ones(3, 300)
     with pytest.raises(TypeError, match=r"`x` is a torch\.sparse_csr tensor; cuscan needs "
@@ -2764,12 +2764,9 @@ def test_torch_tensors_cuscan_cannot_compute_on_are_refused():
         signal.sosfilt(sos, x, zi=torch.zeros(2, 3, 2).to_sparse())
     with pytest.raises(TypeError, match=r"`alpha` has dtype torch\.qint8, which cuscan does not"):
         signal.ema(x, torch.quantize_per_tensor(torch.full((3, 1), 0.3), 0.1, 0, torch.qint8))
-    float8 = signal.sosfilt(sos, torch.ones(3, 300, dtype=torch.float8_e4m3fn))  # upcast
-    assert float8.dtype == torch.float32
-    for dtype in (torch.bfloat16, torch.float8_e4m3fn):  # coefficients NumPy cannot hold
-        rounded = torch.as_tensor(sos).to(dtype)
-        np.testing.assert_allclose(signal.sosfilt(rounded, x).numpy(), ss.sosfilt(
-            rounded.double().numpy(), x.numpy()), rtol=1e-5)
+    with pytest.raises(TypeError, match=r"`sos` has dtype torch\.qint8, which cuscan does not"):
+        signal.sosfilt(torch.quantize_per_tensor(torch.as_tensor(sos).float(), 0.1, 0,
+                                                 torch.qint8), x)
 
 
 def test_tensorflow_tensors_cuscan_cannot_compute_on_are_refused():
@@ -2791,6 +2788,86 @@ def test_jax_random_keys_are_refused():
         signal.sosfilt(ss.butter(4, 0.1, output="sos"), keys)
     with pytest.raises(TypeError, match="`alpha` has dtype key<fry>"):
         signal.ema(jax.numpy.ones((3, 300)), keys[:, None])
+
+
+NARROW = {  # dtypes narrower than single precision, by library, beyond float16
+    "numpy": ("bfloat16", "float8_e4m3fn", "float8_e5m2", "float4_e2m1fn", "int4"),
+    "jax": ("bfloat16", "float8_e4m3fn", "float8_e5m2", "int4"),
+    "tensorflow": ("bfloat16", "float8_e4m3fn", "float8_e5m2"),
+    "torch": ("bfloat16", "float8_e4m3fn", "float8_e5m2", "complex32"),
+}
+
+
+def narrow_library(library: str, dtype: str):
+    """Functions that round NumPy values to ``dtype`` in ``library``, take such arrays
+    back to NumPy exactly (in double precision) and take any of its arrays to NumPy."""
+    if library == "torch":
+        torch = require("torch")
+
+        def narrow(v):
+            return torch.as_tensor(v).to(getattr(torch, dtype))
+
+        def wide(v):
+            return v.to(torch.complex128 if v.dtype.is_complex else torch.float64).numpy()
+
+        return narrow, wide, lambda v: v.numpy()
+    if library == "tensorflow":
+        tf = require("tensorflow")
+
+        def narrow(v):
+            return tf.cast(v, getattr(tf.dtypes.experimental, dtype, None) or getattr(tf, dtype))
+
+        return narrow, lambda v: tf.cast(v, tf.float64).numpy(), lambda v: v.numpy()
+    ml_dtypes = require("ml_dtypes")
+    xp = require("jax").numpy if library == "jax" else np
+
+    def narrow(v):
+        return xp.asarray(np.asarray(v).astype(getattr(ml_dtypes, dtype)))
+
+    return narrow, lambda v: np.asarray(v).astype(np.float64), np.asarray
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental:UserWarning")
+@pytest.mark.parametrize(("library", "dtype"),
+                         [(lib, name) for lib, names in NARROW.items() for name in names])
+def test_narrow_dtypes_are_widened(library, dtype):
+    """Signals, states and ``alpha`` in bfloat16, float8, float4, int4 or complex32 are
+    filtered as the same values in single precision (complex64; integers in double,
+    which JAX makes single without x64), as float16 ones are, and coefficients in them as
+    the same values in double precision, in every library. The core's dtype table has
+    none of them; the filters compute in double precision whatever they are given."""
+    narrow, wide, to_numpy = narrow_library(library, dtype)
+    rng = np.random.default_rng(31)
+    x = rng.standard_normal((2, 200))
+    sos = ss.butter(4, 0.1, output="sos")
+    b, a = ss.butter(2, 0.2)
+    given = narrow(x * (1 + 1j) if dtype == "complex32" else x)
+    result_dtype = {"complex32": np.complex64, "int4": np.float32 if library == "jax"
+                    else np.float64}.get(dtype, np.float32)
+    widened = wide(given).astype(result_dtype)
+    for ours, theirs in ((signal.sosfilt(sos, given), ss.sosfilt(sos, widened)),
+                         (signal.lfilter(b, a, given), ss.lfilter(b, a, widened)),
+                         (signal.filtfilt(b, a, given), ss.filtfilt(b, a, widened)),
+                         (signal.ema(given, 0.3), signal.ema(widened, 0.3))):
+        assert to_numpy(ours).dtype == result_dtype
+        np.testing.assert_allclose(to_numpy(ours), np.asarray(theirs).astype(result_dtype),
+                                   rtol=1e-5, atol=1e-6)
+    if dtype == "complex32":
+        return  # coefficients and alphas of it need torch, which these do not use
+    zi = narrow(np.full((2, 2, 2), 0.5))
+    y, zf = signal.sosfilt(sos, given, zi=zi)
+    expected = ss.sosfilt(sos, widened, zi=wide(zi))
+    np.testing.assert_allclose(to_numpy(y), expected[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(zf), expected[1], rtol=1e-5, atol=1e-6)
+    # Coefficients are constants, read as NumPy arrays: the result is the signal's.
+    for ours, theirs in ((signal.sosfilt(narrow(sos), x), ss.sosfilt(wide(narrow(sos)), x)),
+                         (signal.lfilter(narrow(b), narrow(a), x),
+                          ss.lfilter(wide(narrow(b)), wide(narrow(a)), x))):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
+    if dtype != "int4":  # an alpha in (0, 1] needs a fraction
+        alpha = narrow(np.full((2, 1), 0.3))
+        np.testing.assert_allclose(to_numpy(signal.ema(given, alpha)),
+                                   signal.ema(widened, wide(alpha)), rtol=1e-5, atol=1e-6)
 
 
 def test_framework_compiled(framework):

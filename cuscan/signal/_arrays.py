@@ -17,6 +17,24 @@ from cuscan import _backend, _numpy_backend
 from cuscan._dtypes import unsupported
 
 
+def numpy_kind(dtype: np.dtype) -> str:
+    """``dtype.kind``, but "f" for ml_dtypes' floating types (bfloat16, float8 and the
+    like, most of kind "V") and "i" or "u" for its narrow integers."""
+    if dtype.kind != "V" or dtype.type.__module__ != "ml_dtypes":
+        return dtype.kind
+    import ml_dtypes
+
+    try:
+        ml_dtypes.finfo(dtype)
+        return "f"
+    except ValueError:
+        pass
+    try:
+        return "i" if ml_dtypes.iinfo(dtype).min < 0 else "u"
+    except ValueError:
+        return "V"
+
+
 def namespace(operands: dict[str, object]):
     """The namespace for these operands (name -> value), or the mixing error."""
     lib = _backend.which(operands)
@@ -54,8 +72,7 @@ class _Arrays:
         return value
 
     def kind(self, x) -> str:
-        dtype = np.dtype(x.dtype)
-        return "f" if dtype.kind == "V" and dtype.name == "bfloat16" else dtype.kind
+        return numpy_kind(np.dtype(x.dtype))
 
     def itemsize(self, x) -> int:
         return np.dtype(x.dtype).itemsize

@@ -20,7 +20,7 @@ from cuscan._api import check_given, linear_recurrence, public, time_axis
 from cuscan._dtypes import unsupported
 from cuscan._numpy_backend import _quiet
 from cuscan.signal import _chunks, _stream
-from cuscan.signal._arrays import _Arrays, namespace
+from cuscan.signal._arrays import _Arrays, namespace, numpy_kind
 from cuscan.signal._poles import _pole_stages
 
 ArrayLike = Any
@@ -114,7 +114,10 @@ def _host(coefficients, name: str) -> np.ndarray:
     elif lib == "cupy":
         coefficients = coefficients.get()
     coefficients = np.asarray(coefficients)
-    _numeric(name, coefficients.dtype.kind, coefficients.dtype.itemsize, coefficients.dtype)
+    kind = numpy_kind(coefficients.dtype)
+    _numeric(name, kind, coefficients.dtype.itemsize, coefficients.dtype)
+    if kind == "f" and coefficients.dtype.itemsize < 4:
+        coefficients = coefficients.astype(np.float64)  # not in half precision's arithmetic
     return coefficients
 
 
@@ -139,12 +142,15 @@ def _signal(x, axis: int, zi=None):
 
 def _inexact(ns, value, name: str, like=None):
     """``value`` as a float32/64 or complex64/128 array of ``ns`` (integers and bools as
-    float64, half precision as float32)."""
+    float64; half precision and narrower, such as float8, as float32, and torch's
+    complex32 as complex64)."""
     value = ns.asarray(ns.dense(value, name), like=like)
     kind, itemsize = ns.kind(value), ns.itemsize(value)
     _numeric(name, kind, itemsize, value.dtype)
-    if kind not in "fc" or itemsize < 4:
-        value = ns.cast(value, np.float64 if kind in "biu" else np.float32)
+    if kind in "biu":
+        value = ns.cast(value, np.float64)
+    elif itemsize < (8 if kind == "c" else 4):
+        value = ns.cast(value, np.complex64 if kind == "c" else np.float32)
     if getattr(value.shape, "rank", 0) is None:  # sizes unknown are `_sizes_when_run`'s
         raise ValueError(f"cuscan.signal needs the rank of `{name}` inside tf.function; got a "
                          "shape of unknown rank (give the tf.function an input_signature "
@@ -820,8 +826,7 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
     """
     if zi is None:
         return None
-    zi = ns.asarray(ns.dense(zi, "zi"), like=x)
-    _numeric("zi", ns.kind(zi), ns.itemsize(zi), zi.dtype)
+    zi = _inexact(ns, zi, "zi", like=x)
     shape = tuple(zi.shape)
     expected = (*x.shape[:axis], order, *x.shape[axis + 1:])
 
@@ -868,8 +873,9 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     Returns
     -------
     y : ndarray
-        The filtered signal, float32/complex64 for single-precision (or half)
-        inputs and float64/complex128 otherwise.
+        The filtered signal, float32/complex64 for single-precision inputs and
+        narrower ones (float16, bfloat16, float8, torch's complex32) and
+        float64/complex128 otherwise.
     zf : ndarray
         The final state, returned only when `zi` is given: pass it as `zi`
         for the next block to filter a long signal in pieces.
