@@ -20,7 +20,7 @@ from cuscan._dtypes import unsupported
 def numpy_kind(dtype: np.dtype) -> str:
     """``dtype.kind``, but "f" for ml_dtypes' floating types (bfloat16, float8 and the
     like, most of kind "V") and "i" or "u" for its narrow integers."""
-    if dtype.kind != "V" or dtype.type.__module__ != "ml_dtypes":
+    if dtype.kind != "V" or dtype.type.__module__.partition(".")[0] != "ml_dtypes":
         return dtype.kind
     import ml_dtypes
 
