@@ -599,6 +599,28 @@ def test_sosfilt_coefficient_dtypes(chunk_runs):
         assert ran == [True]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+def test_coefficients_in_single_precision(dtype):
+    """``b`` and ``a`` in single precision, with ``a[0]`` not 1, give SciPy's filter of the
+    same values in double precision: they are normalised there. Normalised in single
+    precision, the poles of an order-6 Butterworth design moved `lfilter`'s output by a
+    fifth of its RMS."""
+    x = np.random.default_rng(24).standard_normal((2, 3000))
+    b, a = ss.butter(6, 0.05)
+    b, a = (3 * b).astype(dtype), (3 * a).astype(dtype)
+    wide = np.complex128 if dtype == np.complex64 else np.float64
+    b64, a64 = b.astype(wide), a.astype(wide)
+    calls = [(signal.lfilter(b, a, x), ss.lfilter(b64, a64, x)),
+             (signal.filtfilt(b, a, x), ss.filtfilt(b64, a64, x)),
+             (signal.lfilter_zi(b, a), ss.lfilter_zi(b64, a64)),
+             (signal.lfiltic(b, a, [1.0, 2.0], [0.5]), ss.lfiltic(b64, a64, [1.0, 2.0], [0.5]))]
+    if dtype == np.float32:  # SciPy's Gustafsson drops a complex filter's imaginary part
+        calls.append((signal.filtfilt(b, a, x, method="gust"),
+                      ss.filtfilt(b64, a64, x, method="gust")))
+    for ours, theirs in calls:
+        assert relative_error(ours, theirs) <= 1e-6
+
+
 def scipy_filter(design: tuple[bytes, ...], x, axis: int, zi=None):
     """SciPy's filter of the design `_filters._OnHost` takes (float64 bytes of ``sos``, or
     of ``b`` and ``a``)."""
