@@ -249,6 +249,44 @@ def test_short_scans_carry_non_finite_values_as_serially(backend, method, length
     assert np.isfinite(result[:, 5:]).all()
 
 
+@pytest.mark.parametrize("method", ["serial", "parallel"])
+@pytest.mark.parametrize("axis", [0, -1])  # channels contiguous, time contiguous
+@pytest.mark.parametrize("dtype", ["float32", "complex64"])
+def test_single_precision_decays_near_one(request, backend, method, axis, dtype):
+    """Over 2^18 steps of decays of modulus 1 (complex rotations, as in state-space models)
+    or 1 - 10^-5, in single precision, forward and backward stay within ``eps * sqrt(T)``
+    of the result's RMS, as the serial loop's rounding does. The chunked scans' chunk-level
+    recurrence runs in double precision: its decay over a chunk, rounded once in single
+    precision, entered every later chunk and drifted the result by up to 44 times that.
+    The CUDA kernels' chunk-level recurrence still runs in the operands' precision: on the
+    host, their chunked scans drift by up to 90 times the bound (the gradient, which takes
+    them whatever the method, too), by more or less with the GPU's chunks, so that they are
+    expected to fail here (not strictly: some shapes pass)."""
+    if request.node.callspec.params["backend"] != "numpy":
+        request.applymarker(pytest.mark.xfail(
+            strict=False, reason="the kernels' chunk-level recurrence is in single precision"))
+    length, rng = 2**18, np.random.default_rng(41)
+    decays = np.array([1 - 1e-5, 1.0]) if dtype == "float32" else np.exp([0.3j, 2j])
+    impulses = rng.standard_normal((length, 2))
+    if dtype == "complex64":
+        impulses = impulses + 1j * rng.standard_normal((length, 2))
+    decays, impulses = decays.astype(dtype), impulses.astype(dtype)
+    if axis:
+        decays, impulses = decays[:, None], np.ascontiguousarray(impulses.T)
+    bound = np.finfo(dtype).eps * np.sqrt(length)
+    h = cuscan.linear_recurrence(backend.asarray(decays), backend.asarray(impulses),
+                                 axis=axis, method=method)
+    expected = reference.linear_recurrence(decays, impulses, axis=axis)
+    error = np.abs(backend.to_numpy(h) - expected).max()
+    assert error <= bound * np.sqrt(np.mean(np.abs(expected) ** 2))
+    # grad_impulses: the same recurrence backwards in time, with the conjugate decays
+    grad = cuscan.linear_recurrence_vjp(backend.asarray(impulses), backend.asarray(decays), h,
+                                        axis=axis)[1]
+    expected = reference.linear_recurrence(np.conj(decays), impulses, axis=axis, reverse=True)
+    error = np.abs(backend.to_numpy(grad) - expected).max()
+    assert error <= bound * np.sqrt(np.mean(np.abs(expected) ** 2))
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_matches_across_methods(backend, method):
     rng = np.random.default_rng(12)
