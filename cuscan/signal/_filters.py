@@ -92,8 +92,9 @@ def _sizes_when_run(*data: str):
 
 
 def _host(coefficients, name: str) -> np.ndarray:
-    """Filter coefficients as a NumPy array: they are small, and constants (CuPy arrays
-    and tensors are copied; the filter is not differentiated with respect to them)."""
+    """Filter coefficients as a NumPy array of float64 or complex128: they are small, and
+    constants (CuPy arrays and tensors are copied; the filter is not differentiated with
+    respect to them)."""
     lib = _backend.library(coefficients)
     if lib == "torch":
         from cuscan import _torch
@@ -933,7 +934,6 @@ def _lfilter(b, a, x, axis: int, zi):
 def _sections(sos) -> np.ndarray:
     """``sos`` checked, as float64 (or complex128) rows, which the caches take as bytes."""
     sos = np.atleast_2d(_host(sos, "sos"))
-    sos = sos.astype(np.complex128 if sos.dtype.kind == "c" else np.float64, copy=False)
     if sos.ndim != 2 or sos.shape[1] != 6:
         raise ValueError(f"`sos` must have shape (n_sections, 6); got {sos.shape}")
     if np.any(sos[:, 3] == 0):
