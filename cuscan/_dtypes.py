@@ -10,25 +10,29 @@ import numpy as np
 
 @dataclass(frozen=True)
 class DTypeInfo:
-    """How one supported dtype is stored, accumulated and named in CUDA."""
+    """How one supported dtype is stored, accumulated, carried and named in CUDA."""
 
     name: str
     accumulator: str
+    carry: str
     cuda_storage: str
 
 
-# name, accumulator, CUDA storage type (a type of kernels/linear_recurrence.cu,
-# whose traits give its accumulator). Half types are loaded as float, combined
-# in float and rounded once on store.
+# name, accumulator, carry, CUDA storage type (a type of kernels/linear_recurrence.cu,
+# whose traits give its accumulator and carry). Half types are loaded as float,
+# combined in float and rounded once on store. The chunked scans' chunk level (the
+# decay over a chunk, the carries) is in double precision for single and double
+# operands, and in float for the half types, whose own rounding is far larger than
+# its drift (docs/algorithm.md, "Precision").
 _TABLE: dict[str, DTypeInfo] = {
     info.name: info
     for info in (
-        DTypeInfo("float16", "float32", "cuscan::half"),
-        DTypeInfo("bfloat16", "float32", "cuscan::bfloat16"),
-        DTypeInfo("float32", "float32", "float"),
-        DTypeInfo("float64", "float64", "double"),
-        DTypeInfo("complex64", "complex64", "cuscan::complex<float>"),
-        DTypeInfo("complex128", "complex128", "cuscan::complex<double>"),
+        DTypeInfo("float16", "float32", "float32", "cuscan::half"),
+        DTypeInfo("bfloat16", "float32", "float32", "cuscan::bfloat16"),
+        DTypeInfo("float32", "float32", "float64", "float"),
+        DTypeInfo("float64", "float64", "float64", "double"),
+        DTypeInfo("complex64", "complex64", "complex128", "cuscan::complex<float>"),
+        DTypeInfo("complex128", "complex128", "complex128", "cuscan::complex<double>"),
     )
 }
 
@@ -60,6 +64,12 @@ def is_supported(dtype: np.dtype) -> bool:
 def accumulator(dtype: np.dtype) -> np.dtype:
     """The dtype arithmetic runs in for results of ``dtype``."""
     return np.dtype(info(dtype).accumulator)
+
+
+def carry(dtype: np.dtype) -> np.dtype:
+    """The dtype of the chunked scans' chunk level (the decay over a chunk, the carries
+    and their recurrence) for results of ``dtype``."""
+    return np.dtype(info(dtype).carry)
 
 
 def epsilon(dtype: np.dtype) -> float:

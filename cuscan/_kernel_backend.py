@@ -235,7 +235,7 @@ class KernelBackend:
         return Operand(array, (-scratch.strides[0], *scratch.strides[1:]))
 
     def _as(self, state: Operand | None, sizes: list[int], dtype) -> Operand | None:
-        """A state in ``dtype`` (the accumulator), copied only if it is not already."""
+        """A state in ``dtype`` (the carry dtype), copied only if it is not already."""
         if state is None or state.array.dtype == dtype:
             return state
         itemsize = state.array.dtype.itemsize
@@ -270,16 +270,17 @@ class KernelBackend:
             self.launch("linear_recurrence_fwd_serial", dtype, count, *_pointers(a, x, h0, out),
                         None, length, *sizes, *_strides(a, x, h0, out))
             return
-        acc = _dtypes.accumulator(dtype)
+        wide = _dtypes.carry(dtype)
         chunk, chunks = self._chunking(length, count, major)
-        products, reduced, carries = (self._scratch(chunks, sizes, acc, major) for _ in range(3))
+        products, reduced, carries = (self._scratch(chunks, sizes, wide, major) for _ in range(3))
         flags = self.xp.zeros(count, np.int32)  # channels to re-run serially
         self.launch("linear_recurrence_fwd_reduce", dtype, count * chunks, a.array, x.array,
                     products.array, reduced.array, flags, length, chunk, chunks, major, *sizes,
                     *_strides(a, x))
-        # carries[k]: the state at the end of chunk k, by the same algorithm.
-        self._forward(products, reduced, self._as(h0, sizes, acc), carries, chunks, sizes, acc,
-                      "auto")
+        # carries[k]: the state at the end of chunk k, by the same algorithm in the
+        # carry dtype.
+        self._forward(products, reduced, self._as(h0, sizes, wide), carries, chunks, sizes,
+                      wide, "auto")
         self.launch("linear_recurrence_fwd_rescan", dtype, count * chunks, a.array, x.array,
                     _pointer(h0), carries.array, out.array, flags, length, chunk, chunks,
                     major, *sizes, *_strides(a, x, h0, out))
@@ -288,10 +289,10 @@ class KernelBackend:
 
     def _backward_chunked(self, go, a, h, h0, ga, gx, gh0, length, sizes, dtype) -> None:
         count = math.prod(sizes)
-        acc = _dtypes.accumulator(dtype)
+        wide = _dtypes.carry(dtype)
         major = _chunk_major(gx, sizes)
         chunk, chunks = self._chunking(length, count, major)
-        products, reduced, starts = (self._scratch(chunks, sizes, acc, major) for _ in range(3))
+        products, reduced, starts = (self._scratch(chunks, sizes, wide, major) for _ in range(3))
         flags = self.xp.zeros(count, np.int32)  # channels to re-run serially
         self.launch("linear_recurrence_bwd_reduce", dtype, count * chunks, go.array, a.array,
                     products.array, reduced.array, flags, length, chunk, chunks, major, *sizes,
@@ -299,7 +300,7 @@ class KernelBackend:
         # starts[k] = products[k] * starts[k + 1] + reduced[k]: the gradient at
         # the start of chunk k, a forward scan over the chunks read backwards.
         self._forward(self._reversed(products, major), self._reversed(reduced, major), None,
-                      self._reversed(starts, major), chunks, sizes, acc, "auto")
+                      self._reversed(starts, major), chunks, sizes, wide, "auto")
         self.launch("linear_recurrence_bwd_rescan", dtype, count * chunks, go.array, a.array,
                     h.array, _pointer(h0), starts.array, ga.array, gx.array, _pointer(gh0),
                     flags, length, chunk, chunks, major, *sizes,

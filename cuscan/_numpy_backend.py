@@ -471,15 +471,6 @@ def _doubling(a, x, h0, out) -> None:
         out[:, redo] = exact
 
 
-def _wide(dtype: np.dtype) -> np.dtype:
-    """The dtype a chunked scan's chunk-level recurrence runs in for results of ``dtype``:
-    double precision. The decay over a chunk, rounded once, enters every chunk after it:
-    in single precision its rounding drifted the carries of decays near 1, by 2e-3 of the
-    result's RMS over 10^6 steps of unit complex decays (1e-2 in `_blocked`'s short
-    chunks), where the serial loop's rounding stays near 6e-5."""
-    return np.dtype(np.complex128 if dtype.kind == "c" else np.float64)
-
-
 def _serial(a, x, h, out) -> None:
     """The recurrence step by step over time-first arrays of at least two axes, of one
     length; the steps are taken by iterating over them (not checked: ``strict`` costs as
@@ -555,11 +546,11 @@ def _opaque_rows(view):
 
 
 def _block_matrices(decays, chunk: int, dtype) -> tuple | None:
-    """`_blocked`'s ``powers[..., k] = a**(k + 1)`` (in double precision, `_wide`) and
+    """`_blocked`'s ``powers[..., k] = a**(k + 1)`` (in double precision, `_dtypes.carry`) and
     ``W[..., s, t] = a**(t - s)`` above the diagonal (zero below, in ``dtype``), for
     ``decays`` (its channels' shape) and chunks of ``chunk`` steps; None where they are not
     all finite."""
-    wide = _wide(np.dtype(dtype))
+    wide = _dtypes.carry(dtype)
     powers = np.cumprod(np.broadcast_to(decays[..., None], (*decays.shape, chunk)), axis=-1,
                         dtype=wide)
     lag = np.subtract.outer(np.arange(chunk), np.arange(chunk)).T
@@ -687,9 +678,12 @@ def _parallel(a, x, h0, out) -> None:
 
     ``P * carry + R`` equals the serial result only while everything is
     finite: an overflowing product times a zero state, or an infinite decay,
-    would give NaN where the serial loop does not. Channels with a non-finite
-    product, reduction or carry are therefore re-run serially, so non-finite
-    values propagate exactly as in the serial recurrence.
+    would give NaN where the serial loop does not; and the carries, in double
+    precision, can stay finite where the serial loop's state in single precision
+    overflowed inside a chunk, which a non-finite state never leaves. Channels
+    with a non-finite product, reduction, carry (in the result's dtype) or last
+    state of a chunk are therefore re-run serially, so non-finite values
+    propagate exactly as in the serial recurrence.
     """
     length = a.shape[0]
     chunk = _chunk_length(length, math.prod(out.shape[1:]))
@@ -724,13 +718,14 @@ def _parallel(a, x, h0, out) -> None:
     for aj, xj in zip(ac, xc, strict=False):
         np.multiply(aj, reduced, reduced)
         np.add(reduced, xj, reduced)
-    products = np.multiply.reduce(ac, axis=0, dtype=_wide(out.dtype))
+    products = np.multiply.reduce(ac, axis=0, dtype=_dtypes.carry(out.dtype))
 
     carries = np.empty((count + 1, *out.shape[1:]), products.dtype)
     carries[0] = h0
     scan(products, reduced, h0, carries[1:], "auto")
 
-    h, step = carries[:-1].astype(out.dtype, copy=False), np.empty_like(reduced)
+    narrowed = carries.astype(out.dtype, copy=False)
+    h, step = narrowed[:-1], np.empty_like(reduced)
     for aj, xj, oj in zip(ac, xc, target, strict=False):
         np.multiply(aj, h, step)
         np.add(xj, step, oj)
@@ -741,7 +736,8 @@ def _parallel(a, x, h0, out) -> None:
 
     finite = np.isfinite(products).all(axis=0)
     finite &= np.isfinite(reduced).all(axis=0)
-    finite &= np.isfinite(carries).all(axis=0)
+    finite &= np.isfinite(narrowed).all(axis=0)
+    finite &= np.isfinite(h).all(axis=0)  # each chunk's last state
     if not finite.all():
         redo = ~finite
         exact = np.empty((length, *out[:, redo].shape[1:]), out.dtype)

@@ -19,7 +19,16 @@
 //
 // Arithmetic. Values are loaded into the accumulator type A (float for the half
 // types), combined there, and rounded once on store. The combine step of the
-// scan is (a1, x1) . (a2, x2) = (a1 * a2, a2 * x1 + x2): P and R below.
+// scan is (a1, x1) . (a2, x2) = (a1 * a2, a2 * x1 + x2): P and R below. The
+// chunked kernels' chunk level is in the carry type W: the decay over a chunk,
+// P, is a product in W, and the work arrays (P, R and the carries, scanned by
+// the kernels of storage type W) hold W. A carry is rounded to A once, as it
+// enters its chunk. W is double precision for float and complex<float>: P
+// rounded to single precision would repeat its rounding in every later carry
+// instead of averaging out, and over 10^6 steps of decays of modulus 1 that
+// drifted the result by 10^-2 of its RMS. For the half types W is float: the
+// decays nearest 1 they hold forget a state within 2^11 steps, over which that
+// drift stays far below their own rounding.
 
 namespace cuscan {
 
@@ -50,13 +59,15 @@ struct bfloat16 {
     unsigned short bits;
 };
 
-// Storage type -> accumulator type, loads, stores, zero, conjugate, finiteness.
+// Storage type -> accumulator and carry types, loads, stores, zero, conjugate,
+// finiteness, conversions.
 template <typename S>
 struct traits;
 
 template <>
 struct traits<float> {
     typedef float acc;
+    typedef double carry;
     static __device__ __forceinline__ float load(float v) { return v; }
     static __device__ __forceinline__ float store(float v) { return v; }
 };
@@ -64,6 +75,7 @@ struct traits<float> {
 template <>
 struct traits<double> {
     typedef double acc;
+    typedef double carry;
     static __device__ __forceinline__ double load(double v) { return v; }
     static __device__ __forceinline__ double store(double v) { return v; }
 };
@@ -71,6 +83,7 @@ struct traits<double> {
 template <>
 struct traits<half> {
     typedef float acc;
+    typedef float carry;
     static __device__ __forceinline__ float load(half v) {
 #ifdef __CUDA_ARCH__
         float f;
@@ -94,6 +107,7 @@ struct traits<half> {
 template <>
 struct traits<bfloat16> {
     typedef float acc;
+    typedef float carry;
     static __device__ __forceinline__ float load(bfloat16 v) {
         return __uint_as_float(static_cast<unsigned int>(v.bits) << 16);
     }
@@ -113,6 +127,7 @@ struct traits<bfloat16> {
 template <typename T>
 struct traits<complex<T> > {
     typedef complex<T> acc;
+    typedef complex<double> carry;
     static __device__ __forceinline__ complex<T> load(complex<T> v) { return v; }
     static __device__ __forceinline__ complex<T> store(complex<T> v) { return v; }
 };
@@ -123,6 +138,20 @@ template <>
 __device__ __forceinline__ complex<float> zero<complex<float> >() { return {0.0f, 0.0f}; }
 template <>
 __device__ __forceinline__ complex<double> zero<complex<double> >() { return {0.0, 0.0}; }
+
+// A value of one arithmetic type (A or W) as another, rounded to nearest.
+template <typename To>
+struct convert {
+    template <typename From>
+    static __device__ __forceinline__ To from(From v) { return static_cast<To>(v); }
+};
+template <typename T>
+struct convert<complex<T> > {
+    template <typename U>
+    static __device__ __forceinline__ complex<T> from(complex<U> v) {
+        return {static_cast<T>(v.re), static_cast<T>(v.im)};
+    }
+};
 
 template <typename A>
 __device__ __forceinline__ A conj(A v) { return v; }
@@ -303,16 +332,17 @@ __global__ void linear_recurrence_fwd_serial(
 // linear_recurrence_fwd_reduce: phase 1 of Algorithm 1 (Martin & Cundy 2018).
 // Time is cut into `chunks` chunks of `chunk` steps (the last may be shorter).
 // One thread owns one (channel, chunk) pair and reduces it to P, the product of
-// its decays, and R, its final state from a zero start, written to slot w of
-// the work arrays in the accumulator type. Sets flags[c] when P or
-// R is not finite (see "Untrusted channels").
+// its decays (in the carry type W), and R, its final state from a zero start
+// (in A), both written to slot w of the work arrays in W. Sets flags[c] when P
+// or R is not finite (see "Untrusted channels").
 template <typename S>
 __global__ void linear_recurrence_fwd_reduce(
-    const S* a_ptr, const S* x_ptr, typename traits<S>::acc* products,
-    typename traits<S>::acc* reduced, int* flags, index_t length, index_t chunk,
+    const S* a_ptr, const S* x_ptr, typename traits<S>::carry* products,
+    typename traits<S>::carry* reduced, int* flags, index_t length, index_t chunk,
     index_t chunks, index_t chunk_major, CUSCAN_CHANNELS, CUSCAN_STRIDES(a), CUSCAN_STRIDES(x)) {
     typedef traits<S> tr;
     typedef typename tr::acc A;
+    typedef typename tr::carry W;
     CUSCAN_MAKE_CHANNELS();
     CUSCAN_MAKE_STRIDES(a);
     CUSCAN_MAKE_STRIDES(x);
@@ -321,15 +351,16 @@ __global__ void linear_recurrence_fwd_reduce(
         const auto [c, k, next] = owner(w, count, chunks, chunk_major);
         const lane<const S> a = channel(a_ptr, a_st, n, c), x = channel(x_ptr, x_st, n, c);
         const index_t start = k * chunk, end = min(length, start + chunk);
-        A p = tr::load(a[start]);
-        A r = p * zero<A>() + tr::load(x[start]);
+        const A first = tr::load(a[start]);
+        W p = convert<W>::from(first);
+        A r = first * zero<A>() + tr::load(x[start]);
         for (index_t t = start + 1; t < end; ++t) {
             const A at = tr::load(a[t]);
-            p = p * at;
+            p = p * convert<W>::from(at);
             r = at * r + tr::load(x[t]);
         }
         products[w] = p;
-        reduced[w] = r;
+        reduced[w] = convert<W>::from(r);
         if (!(finite(p) && finite(r))) flags[c] = 1;
     }
 }
@@ -337,10 +368,11 @@ __global__ void linear_recurrence_fwd_reduce(
 // linear_recurrence_fwd_rescan: phase 3 of Algorithm 1. One thread owns one
 // (channel, chunk) pair and re-runs the serial recurrence over it from its
 // carry: the initial state for chunk 0, else carries[k - 1], the state at the
-// end of the previous chunk. Sets flags[c] when that carry is not finite.
+// end of the previous chunk, rounded to A. Sets flags[c] when the chunk's last
+// state is not finite (see "Untrusted channels").
 template <typename S>
 __global__ void linear_recurrence_fwd_rescan(
-    const S* a_ptr, const S* x_ptr, const S* h0_ptr, const typename traits<S>::acc* carries,
+    const S* a_ptr, const S* x_ptr, const S* h0_ptr, const typename traits<S>::carry* carries,
     S* out_ptr, int* flags, index_t length, index_t chunk, index_t chunks, index_t chunk_major,
     CUSCAN_CHANNELS,
     CUSCAN_STRIDES(a), CUSCAN_STRIDES(x), CUSCAN_STRIDES(h0), CUSCAN_STRIDES(out)) {
@@ -354,19 +386,23 @@ __global__ void linear_recurrence_fwd_rescan(
     CUSCAN_GRID_STRIDE(w, count * chunks) {
         const auto [c, k, next] = owner(w, count, chunks, chunk_major);
         const lane<const S> a = channel(a_ptr, a_st, n, c), x = channel(x_ptr, x_st, n, c);
-        const A h = k == 0 ? initial(h0_ptr, h0_st, n, c) : carries[w - next];
-        if (k > 0 && !finite(h)) flags[c] = 1;
-        forward_steps(a, x, channel(out_ptr, out_st, n, c), h, k * chunk,
-                      min(length, (k + 1) * chunk));
+        const A h = k == 0 ? initial(h0_ptr, h0_st, n, c) : convert<A>::from(carries[w - next]);
+        const A last = forward_steps(a, x, channel(out_ptr, out_st, n, c), h, k * chunk,
+                                     min(length, (k + 1) * chunk));
+        if (!finite(last)) flags[c] = 1;
     }
 }
 
 // Untrusted channels. P * carry + R equals the serial result only while all three
 // are finite (an overflowing product times a zero state is NaN, the serial
-// loop's 0). The chunked kernels set flags[c] (zeroed by the host) when any
-// product, reduction or carry of channel c is not finite; the serial kernel
-// then re-runs those channels, so NaN and infinity propagate exactly as in the
-// serial loop. Every writer stores the same 1, so the writes need no order.
+// loop's 0), and a carry in W can stay finite where the serial loop's state in A
+// overflowed inside a chunk. In the serial loop a state that is not finite stays
+// so (infinity times a decay is infinite or NaN). The chunked kernels therefore
+// set flags[c] (zeroed by the host) when any product or reduction of channel c,
+// or the last state of any of its rescanned chunks, is not finite; that covers
+// a carry that is not finite once rounded to A. The serial kernel then re-runs
+// those channels, so NaN and infinity propagate exactly as in the serial loop.
+// Every writer stores the same 1, so the writes need no order.
 
 // ---- backward ---------------------------------------------------------------
 //
@@ -407,15 +443,17 @@ __global__ void linear_recurrence_bwd_serial(
 
 // linear_recurrence_bwd_reduce: phase 1 in reverse time. One thread owns one
 // (channel, chunk) pair and reduces the map from g[end] (the gradient just after
-// the chunk) to g[start]: P = prod conj(a[t+1]) and R = g[start] from a zero
-// g[end]. The last chunk has no g[T]: its P is zero and R starts at go[T-1].
+// the chunk) to g[start]: P = prod conj(a[t+1]) (in W) and R = g[start] from a
+// zero g[end] (in A), written in W as the forward reduction's. The last chunk
+// has no g[T]: its P is zero and R starts at go[T-1].
 template <typename S>
 __global__ void linear_recurrence_bwd_reduce(
-    const S* go_ptr, const S* a_ptr, typename traits<S>::acc* products,
-    typename traits<S>::acc* reduced, int* flags, index_t length, index_t chunk,
+    const S* go_ptr, const S* a_ptr, typename traits<S>::carry* products,
+    typename traits<S>::carry* reduced, int* flags, index_t length, index_t chunk,
     index_t chunks, index_t chunk_major, CUSCAN_CHANNELS, CUSCAN_STRIDES(go), CUSCAN_STRIDES(a)) {
     typedef traits<S> tr;
     typedef typename tr::acc A;
+    typedef typename tr::carry W;
     CUSCAN_MAKE_CHANNELS();
     CUSCAN_MAKE_STRIDES(go);
     CUSCAN_MAKE_STRIDES(a);
@@ -424,33 +462,36 @@ __global__ void linear_recurrence_bwd_reduce(
         const auto [c, k, next] = owner(w, count, chunks, chunk_major);
         const lane<const S> go = channel(go_ptr, go_st, n, c), a = channel(a_ptr, a_st, n, c);
         const index_t start = k * chunk, end = min(length, start + chunk);
-        A p, g;
+        W p;
+        A g;
         if (end < length) {
-            p = conj(tr::load(a[end]));
-            g = p * zero<A>() + tr::load(go[end - 1]);
+            const A after = conj(tr::load(a[end]));
+            p = convert<W>::from(after);
+            g = after * zero<A>() + tr::load(go[end - 1]);
         } else {
-            p = zero<A>();
+            p = zero<W>();
             g = tr::load(go[end - 1]);
         }
         for (index_t t = end - 2; t >= start; --t) {
             const A at = conj(tr::load(a[t + 1]));
-            p = p * at;
+            p = p * convert<W>::from(at);
             g = at * g + tr::load(go[t]);
         }
         products[w] = p;
-        reduced[w] = g;
+        reduced[w] = convert<W>::from(g);
         if (!(finite(p) && finite(g))) flags[c] = 1;
     }
 }
 
 // linear_recurrence_bwd_rescan: phase 3 in reverse time. One thread owns one
 // (channel, chunk) pair, starts from g[end] = starts[k + 1] (the gradient at the
-// start of the next chunk; none for the last chunk), and writes g and ga for its
-// chunk, and gh0 from chunk 0. Sets flags[c] when g[end] is not finite.
+// start of the next chunk, rounded to A; none for the last chunk), and writes g
+// and ga for its chunk, and gh0 from chunk 0. Sets flags[c] when g[start], the
+// chunk's last gradient, is not finite.
 template <typename S>
 __global__ void linear_recurrence_bwd_rescan(
     const S* go_ptr, const S* a_ptr, const S* h_ptr, const S* h0_ptr,
-    const typename traits<S>::acc* starts, S* ga_ptr, S* gx_ptr, S* gh0_ptr, int* flags,
+    const typename traits<S>::carry* starts, S* ga_ptr, S* gx_ptr, S* gh0_ptr, int* flags,
     index_t length, index_t chunk, index_t chunks, index_t chunk_major, CUSCAN_CHANNELS,
     CUSCAN_STRIDES(go), CUSCAN_STRIDES(a), CUSCAN_STRIDES(h), CUSCAN_STRIDES(h0),
     CUSCAN_STRIDES(ga), CUSCAN_STRIDES(gx), CUSCAN_STRIDES(gh0)) {
@@ -473,12 +514,12 @@ __global__ void linear_recurrence_bwd_rescan(
         const index_t start = k * chunk, end = min(length, start + chunk);
         A g = tr::load(go[end - 1]);
         if (end < length) {
-            const A after = starts[w + next];  // g[end]
-            if (!finite(after)) flags[c] = 1;
+            const A after = convert<A>::from(starts[w + next]);  // g[end]
             g = conj(tr::load(a[end])) * after + g;
         }
         const A first = k == 0 ? initial(h0_ptr, h0_st, n, c) : zero<A>();  // read at t = 0 only
         g = backward_steps(go, a, h, first, ga, gx, g, start, end - 1);
+        if (!finite(g)) flags[c] = 1;
         if (k == 0 && gh0_ptr) gh0_ptr[gh0_st.offset(n, c)] = tr::store(conj(tr::load(a[0])) * g);
     }
 }

@@ -83,16 +83,6 @@ def backend(request, monkeypatch) -> Backend:
     return Backend("numpy")
 
 
-def kernels_drift(request) -> None:
-    """Expect ``request``'s test to fail on the CUDA kernels (on the host and on a GPU):
-    their chunked scans run the chunk level (the decay over a chunk, the carries) in the
-    operands' precision, which in single precision drifts over long scans of decays near
-    1, where the NumPy backend's runs in double precision. Not strictly: some shapes pass."""
-    if request.node.callspec.params.get("backend", "numpy") != "numpy":
-        request.applymarker(pytest.mark.xfail(
-            strict=False, reason="the kernels' chunk level is in the operands' precision"))
-
-
 def tolerance(dtype, length: int) -> float:
     """Allowed error relative to the magnitude scale, from the dtype's epsilon.
 

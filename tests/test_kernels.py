@@ -118,6 +118,25 @@ def test_host_kernels_run_the_chunked_plan(monkeypatch):
     assert "linear_recurrence_bwd_rescan" in launcher.launches
 
 
+@pytest.mark.parametrize("axis", [0, -1])  # chunks of 16 steps; of 8, chunk-major
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_overflow_persists_with_the_gpu_chunking(monkeypatch, axis, dtype):
+    """`test_overflow_persists_as_serially` through the kernels' default launch plan, the
+    GPU's, whose chunks are short in either layout (the suite's host plan runs that test's
+    channel-contiguous case in a single chunk)."""
+    from tests import kernel_host
+    from tests.conftest import Backend
+    from tests.test_linear_recurrence import check_overflow_persists
+
+    launcher = kernel_host.HostKernels(kernel_host.build())
+    backend = KernelBackend(np, launcher)
+    monkeypatch.setattr(cuscan._numpy_backend, "forward", backend.forward)
+    monkeypatch.setattr(cuscan._numpy_backend, "backward", backend.backward)
+    check_overflow_persists(Backend("numpy"), "auto", axis, dtype)
+    assert "linear_recurrence_fwd_rescan" in launcher.launches
+    assert "linear_recurrence_bwd_rescan" in launcher.launches
+
+
 def test_serial_launches_kept_by_layout(monkeypatch):
     """A layout's serial launch is kept: a later call with arrays of the same shapes, strides
     and dtypes skips the layout and runs on its own arrays; any other layout, a layout that
