@@ -218,16 +218,21 @@ def _forward_impl(*args, axis, reverse, method):
 
 
 def _combine(earlier, later):
-    """The scan's operator: two steps ``h -> a h + x`` composed, ``earlier`` first."""
+    """The scan's operator: two steps ``h -> a h + x`` composed, ``earlier`` first. The
+    decays may be wider than the impulses: they meet them rounded to their dtype."""
     (a1, x1), (a2, x2) = earlier, later
-    return a1 * a2, a2 * x1 + x2
+    return a1 * a2, a2.astype(x1.dtype) * x1 + x2
 
 
 def _forward_scan(*args, axis, reverse, method):
     """`_forward_impl` in XLA's own operations, for programs that leave the process
     (`jax.export`), which cannot hold a callback into Python: `jax.lax.associative_scan`,
     or over a symbolic length (which it cannot take) `jax.lax.scan`'s serial loop. Half
-    precision accumulates in float32, as in the core."""
+    precision accumulates in float32, as in the core. The associative scan's products of
+    decays are in the carry dtype (`_dtypes.carry`) where 64-bit types are enabled: squared
+    in single precision, the product over 2^k steps compounds 2^k roundings, which over 2^18
+    steps of unit complex64 decays put the result 4e-3 of its RMS off. (Without them JAX has
+    no wider type, and the products stay in single precision.)"""
     decays, impulses, state = _with_state(args, 2)
     shape = _forward_shape(decays, impulses, state, axis)
     axis %= len(shape)
@@ -249,8 +254,9 @@ def _forward_scan(*args, axis, reverse, method):
         return jnp.moveaxis(output, 0, axis).astype(dtype)
     if steps == 0:
         return jnp.zeros(shape, dtype)
-    _, output = jax.lax.associative_scan(_combine, (decays, impulses), reverse=reverse,
-                                         axis=axis)
+    wide = jax.dtypes.canonicalize_dtype(_dtypes.carry(accumulator))
+    _, output = jax.lax.associative_scan(_combine, (decays.astype(wide), impulses),
+                                         reverse=reverse, axis=axis)
     return output.astype(dtype)
 
 
