@@ -446,11 +446,18 @@ def _doubling(a, x, h0, out) -> None:
     the product of the s decays from t back, then doubles the span of ``p``. Channels
     whose result is not all finite are re-run serially, as in `_parallel`: a product
     that overflows only on the way leaves NaN or infinity in the state it enters.
+
+    The scan runs in double precision (`_dtypes.carry`), rounded once into ``out``:
+    squared in single precision, the product over 2^k steps compounded 2^k roundings,
+    and over 8,192 steps of unit complex64 decays put the result 1.2e-4 of its RMS off,
+    30 times the serial loop's. (Only ``p`` needs it, but products of mixed precision
+    cost NumPy more than the whole in double.)
     """
     length = a.shape[0]
     # h, p and the products in out's memory order, so that every pass runs along it (a
     # broadcast decay copied in another order made each pass stride across rows).
-    h, p, added = (np.empty_like(out) for _ in range(3))
+    wide = _dtypes.carry(out.dtype)
+    h, p, added = (np.empty_like(out, dtype=wide) for _ in range(3))
     np.copyto(h, np.broadcast_to(x, out.shape), casting="unsafe")
     h[0] += a[0] * h0
     np.copyto(p, np.broadcast_to(a, out.shape), casting="unsafe")
@@ -463,7 +470,9 @@ def _doubling(a, x, h0, out) -> None:
             np.multiply(p[2 * span:], p[span:rest], out=p[2 * span:])
         span *= 2
     out[...] = h
-    finite = np.isfinite(h).all(axis=0)
+    # In out's precision: a state past its largest value is infinite there, and the
+    # serial loop's stays so, where h can come back into range.
+    finite = np.isfinite(out).all(axis=0)
     if not finite.all():
         redo = ~finite
         exact = np.empty((length, *out[:, redo].shape[1:]), out.dtype)
