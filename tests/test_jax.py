@@ -15,8 +15,10 @@ from tests import reference
 from tests.conftest import (
     _gpu_available,
     assert_close,
+    decays_near_one,
     record_core_calls,
     require,
+    rms_error,
     run_in_fresh_process,
 )
 
@@ -625,12 +627,7 @@ def test_export_single_precision_decays_near_one(dtype):
     enabled, the associative scan's products of the decays are in double precision.
     Squared in single precision, the product over 2^k steps compounded 2^k roundings, 70
     times that bound for the rotations (as it still does without 64-bit types)."""
-    length, rng = 2**18, np.random.default_rng(41)
-    decays = np.array([1 - 1e-5, 1.0]) if dtype == "float32" else np.exp([0.3j, 2j])
-    impulses = rng.standard_normal((length, 2))
-    if dtype == "complex64":
-        impulses = impulses + 1j * rng.standard_normal((length, 2))
-    decays, impulses = decays.astype(dtype), impulses.astype(dtype)
+    decays, impulses, bound = decays_near_one(dtype, 2**18)
 
     def run(a, x):
         h = cuscan.linear_recurrence(a, x)
@@ -639,12 +636,10 @@ def test_export_single_precision_decays_near_one(dtype):
     a, x = jnp.asarray(decays), jnp.asarray(impulses)
     module = jax.export.export(jax.jit(run))(a, x)
     assert "callback" not in module.mlir_module()
-    bound = np.finfo(dtype).eps * np.sqrt(length)
     # The gradient: the decays backwards in time (JAX's VJPs do not conjugate).
     for result, reverse in zip(module.call(a, x), (False, True), strict=True):
         expected = reference.linear_recurrence(decays, impulses, reverse=reverse)
-        error = np.abs(np.asarray(result) - expected).max()
-        assert error <= bound * np.sqrt(np.mean(np.abs(expected) ** 2))
+        assert rms_error(result, expected) <= bound
 
 
 def test_keras_functional_model(tmp_path):

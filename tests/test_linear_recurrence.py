@@ -9,7 +9,15 @@ import pytest
 
 import cuscan
 from tests import reference
-from tests.conftest import DTYPES, Backend, assert_close, dtype_of, tolerance
+from tests.conftest import (
+    DTYPES,
+    Backend,
+    assert_close,
+    decays_near_one,
+    dtype_of,
+    rms_error,
+    tolerance,
+)
 
 METHODS = ["serial", "parallel", "auto"]
 # Awkward lengths: tiny, primes, powers of two and their neighbours, chunk edges.
@@ -317,26 +325,18 @@ def test_single_precision_decays_near_one(backend, method, axis, dtype, length):
     that (NumPy) and 90 times (the kernels, on the host), the gradient's too, whatever the
     method. So do the products of the decays in the NumPy backend's scan of short arrays
     (2^12 steps): squared in single precision, they drifted it by 14 times the bound."""
-    rng = np.random.default_rng(41)
-    decays = np.array([1 - 1e-5, 1.0]) if dtype == "float32" else np.exp([0.3j, 2j])
-    impulses = rng.standard_normal((length, 2))
-    if dtype == "complex64":
-        impulses = impulses + 1j * rng.standard_normal((length, 2))
-    decays, impulses = decays.astype(dtype), impulses.astype(dtype)
+    decays, impulses, bound = decays_near_one(dtype, length)
     if axis:
         decays, impulses = decays[:, None], np.ascontiguousarray(impulses.T)
-    bound = np.finfo(dtype).eps * np.sqrt(length)
     h = cuscan.linear_recurrence(backend.asarray(decays), backend.asarray(impulses),
                                  axis=axis, method=method)
     expected = reference.linear_recurrence(decays, impulses, axis=axis)
-    error = np.abs(backend.to_numpy(h) - expected).max()
-    assert error <= bound * np.sqrt(np.mean(np.abs(expected) ** 2))
+    assert rms_error(backend.to_numpy(h), expected) <= bound
     # grad_impulses: the same recurrence backwards in time, with the conjugate decays
     grad = cuscan.linear_recurrence_vjp(backend.asarray(impulses), backend.asarray(decays), h,
                                         axis=axis)[1]
     expected = reference.linear_recurrence(np.conj(decays), impulses, axis=axis, reverse=True)
-    error = np.abs(backend.to_numpy(grad) - expected).max()
-    assert error <= bound * np.sqrt(np.mean(np.abs(expected) ** 2))
+    assert rms_error(backend.to_numpy(grad), expected) <= bound
 
 
 @pytest.mark.parametrize("method", METHODS)

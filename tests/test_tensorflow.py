@@ -13,7 +13,14 @@ import cuscan
 import cuscan.signal
 from cuscan import _backend
 from tests import reference
-from tests.conftest import assert_close, record_core_calls, require, run_in_fresh_process
+from tests.conftest import (
+    assert_close,
+    decays_near_one,
+    record_core_calls,
+    require,
+    rms_error,
+    run_in_fresh_process,
+)
 
 tf = require("tensorflow")
 from cuscan import _tensorflow  # noqa: E402  (needs tensorflow)
@@ -407,12 +414,7 @@ def test_xla_single_precision_decays_near_one(dtype):
     result's RMS, as the serial loop's rounding does: Hillis and Steele's products of the
     decays are in double precision. Squared in single precision, the product over 2^k steps
     compounded 2^k roundings, 70 times that bound for the rotations."""
-    length, rng = 2**18, np.random.default_rng(41)
-    decays = np.array([1 - 1e-5, 1.0]) if dtype == "float32" else np.exp([0.3j, 2j])
-    impulses = rng.standard_normal((length, 2))
-    if dtype == "complex64":
-        impulses = impulses + 1j * rng.standard_normal((length, 2))
-    decays, impulses = decays.astype(dtype), impulses.astype(dtype)
+    decays, impulses, bound = decays_near_one(dtype, 2**18)
 
     @tf.function(jit_compile=True)
     def run(a, x):
@@ -420,12 +422,10 @@ def test_xla_single_precision_decays_near_one(dtype):
         return h, cuscan.linear_recurrence_vjp(x, a, h)[1]
 
     h, grad = run(tf.constant(decays), tf.constant(impulses))
-    bound = np.finfo(dtype).eps * np.sqrt(length)
     for result, reverse in ((h, False), (grad, True)):  # the gradient: conj(decays) backwards
         expected = reference.linear_recurrence(np.conj(decays) if reverse else decays, impulses,
                                                reverse=reverse)
-        error = np.abs(result.numpy() - expected).max()
-        assert error <= bound * np.sqrt(np.mean(np.abs(expected) ** 2))
+        assert rms_error(result.numpy(), expected) <= bound
 
 
 def test_xla_vjp_signal_and_keras():
