@@ -87,7 +87,8 @@ def decays_near_one(dtype: str, length: int):
     """Two channels of ``length`` steps in ``dtype``, float32 or complex64: decays of
     1 - 10^-5 and 1, or of modulus 1 (rotations, as in state-space models), one per channel,
     and standard normal impulses, time first. Returns them and ``eps * sqrt(T)``, the error
-    relative to the result's RMS (`rms_error`) the serial loop's rounding keeps within."""
+    relative to the result's RMS (`reference.relative_error`) that the serial loop's
+    rounding keeps within."""
     rng = np.random.default_rng(41)
     decays = np.array([1 - 1e-5, 1.0]) if dtype == "float32" else np.exp([0.3j, 2j])
     impulses = rng.standard_normal((length, 2))
@@ -95,12 +96,6 @@ def decays_near_one(dtype: str, length: int):
         impulses = impulses + 1j * rng.standard_normal((length, 2))
     return (decays.astype(dtype), impulses.astype(dtype),
             float(np.finfo(dtype).eps * np.sqrt(length)))
-
-
-def rms_error(actual, expected) -> float:
-    """The largest error of ``actual`` relative to the RMS of ``expected``."""
-    actual = np.asarray(actual)
-    return float(np.abs(actual - expected).max() / np.sqrt(np.mean(np.abs(expected) ** 2)))
 
 
 def tolerance(dtype, length: int) -> float:

@@ -35,6 +35,12 @@ def linear_recurrence(decays, impulses, initial_state=None, *, axis=0, reverse=F
     return np.moveaxis(out, 0, axis)
 
 
+def relative_error(actual, expected) -> float:
+    """The largest error of ``actual`` relative to the RMS of ``expected``."""
+    actual = np.asarray(actual)
+    return float(np.abs(actual - expected).max() / np.sqrt(np.mean(np.abs(expected) ** 2)))
+
+
 def error_scale(decays, impulses, initial_state=None, *, axis=0, reverse=False):
     """The recurrence over magnitudes: what rounding errors are relative to."""
     def magnitude(v):

@@ -13,7 +13,7 @@ import pytest
 from cuscan import signal
 from cuscan.signal import _chunks, _filters, _filtfilt, _poles, _stream
 from tests.conftest import require
-from tests.reference import EXTENDED, direct_form_extended, gustafsson_exact
+from tests.reference import EXTENDED, direct_form_extended, gustafsson_exact, relative_error
 
 ss = require("scipy.signal")
 
@@ -31,10 +31,6 @@ BANDS = [
 # Documented bounds: max |error| / RMS of the signal.
 BOUND = {np.float64: 1e-8, np.float32: 5e-3}
 DIRECT_LENGTH = _chunks._DIRECT_LENGTH
-
-
-def relative_error(result, expected) -> float:
-    return float(np.max(np.abs(result - expected)) / np.sqrt(np.mean(np.abs(expected) ** 2)))
 
 
 @pytest.mark.parametrize("design", DESIGNS)
