@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from cuscan import _dtypes
+from cuscan._scratch import Scratch
 
 xp = np
 
@@ -155,12 +156,14 @@ def forward(decays, impulses, initial_state, out, axis: int, method: str) -> Non
 
 def _forward(a, x, h0, target, acc, method: str, keep: bool):
     """`forward` on time-first views, from ``h0``; returns the last state (in ``acc``)."""
-    a, x = _operand(a, acc, keep), _operand(x, acc, keep)
-    work = _buffer(target, acc, keep)
-    scan(a, x, h0, work, method)
-    if work is not target:
+    with Scratch() as scratch:
+        a, x = _operand(a, acc, scratch, keep), _operand(x, acc, scratch, keep)
+        work = _buffer(target, acc, scratch, keep)
+        scan(a, x, h0, work, method)
+        if work is target:
+            return work[-1] if len(work) else h0
         _copy(target, work)
-    return work[-1] if len(work) else h0
+        return work[-1].copy()  # work is scratch
 
 
 def _segments(operands, target, acc, keep: bool = False) -> list[tuple[int, int]] | None:
@@ -243,24 +246,25 @@ def _backward(go, a, h, h0, gx, ga, start: int, stop: int, after, acc, keep: boo
     """`backward` over the steps ``start`` to ``stop`` of the time-first views, given
     the gradient at ``stop`` (``after``; None at the end); returns the gradient at
     ``start`` (in ``acc``)."""
-    count = stop - start
-    go = _operand(go[start:stop], acc, keep)
-    a = _operand(a[start:stop + 1], acc, keep)  # and the decay coupling to ``after``
-    target = gx[start:stop]
-    g = _buffer(target, acc, keep)
-    # Reverse time by viewing every array backwards, then run the forward scan.
-    g[-1] = go[-1] if after is None else go[-1] + np.conj(a[count]) * after
-    scan(_conj(a[count - 1:0:-1]), go[-2::-1], g[-1], g[-2::-1], method)
-    if g is not target:
-        _copy(target, g)
-        if target.dtype == acc:  # the decays' gradient then reads it in the output's layout
-            g = target
-    h = h[max(start - 1, 0):stop].astype(acc, copy=False)
-    ga = ga[start:stop]
-    ga[0] = np.conj(h0 if start == 0 else h[0]) * g[0]
-    # no temporary product
-    np.multiply(_conj(h[:-1] if start == 0 else h[1:-1]), g[1:], out=ga[1:], casting="unsafe")
-    return g[0]
+    with Scratch() as scratch:
+        count = stop - start
+        go = _operand(go[start:stop], acc, scratch, keep)
+        a = _operand(a[start:stop + 1], acc, scratch, keep)  # and the decay coupling to ``after``
+        target = gx[start:stop]
+        g = _buffer(target, acc, scratch, keep)
+        # Reverse time by viewing every array backwards, then run the forward scan.
+        g[-1] = go[-1] if after is None else go[-1] + np.conj(a[count]) * after
+        scan(_conj(a[count - 1:0:-1]), go[-2::-1], g[-1], g[-2::-1], method)
+        if g is not target:
+            _copy(target, g)
+            if target.dtype == acc:  # the decays' gradient then reads it in the output's layout
+                g = target
+        h = h[max(start - 1, 0):stop].astype(acc, copy=False)
+        ga = ga[start:stop]
+        ga[0] = np.conj(h0 if start == 0 else h[0]) * g[0]
+        # no temporary product
+        np.multiply(_conj(h[:-1] if start == 0 else h[1:-1]), g[1:], out=ga[1:], casting="unsafe")
+        return g[0].copy()  # g may be scratch
 
 
 def _time_first(view, axis: int):
@@ -320,9 +324,10 @@ def _apart(view) -> bool:
     return min((stride for _, stride in axes), default=0) >= _CACHE_LINE
 
 
-def _operand(view, dtype, keep: bool = False):
+def _operand(view, dtype, scratch: Scratch, keep: bool = False):
     """The time-first ``view`` in ``dtype``, time-major where it is scattered (its
-    broadcast axes stay broadcast) unless ``keep``: in its layout."""
+    broadcast axes stay broadcast; a copy from ``scratch``) unless ``keep``: in its
+    layout."""
     if keep or not _scattered(view, dtype):
         if view.dtype == dtype:
             return view
@@ -331,7 +336,7 @@ def _operand(view, dtype, keep: bool = False):
             return np.broadcast_to(stored[::-1].astype(dtype)[::-1], view.shape)
         return np.broadcast_to(stored.astype(dtype), view.shape)
     stored = _stored(view)
-    return np.broadcast_to(_copy(np.empty(stored.shape, dtype), stored), view.shape)
+    return np.broadcast_to(_copy(scratch.empty(stored.shape, dtype), stored), view.shape)
 
 
 def _conj(view):
@@ -347,17 +352,17 @@ def _stored(view):
     return view[tuple(slice(None) if stride else slice(0, 1) for stride in view.strides)]
 
 
-def _buffer(target, dtype, keep: bool = False):
+def _buffer(target, dtype, scratch: Scratch, keep: bool = False):
     """Where to scan into for the time-first ``target``: itself where it has ``dtype``
-    and is not scattered, else a time-major array copied into it after; with
-    ``keep``, an array of ``target``'s layout."""
+    and is not scattered, else a time-major array from ``scratch`` copied into it after;
+    with ``keep``, an array of ``target``'s layout."""
     if target.dtype == dtype and (keep or not _scattered(target, dtype)):
         return target
     if keep:
         if target.strides[0] < 0:
             return np.empty_like(target[::-1], dtype)[::-1]
         return np.empty_like(target, dtype)
-    return np.empty(target.shape, dtype)
+    return scratch.empty(target.shape, dtype)
 
 
 def _initial(initial_state, channel_shape, dtype):
@@ -453,11 +458,16 @@ def _doubling(a, x, h0, out) -> None:
     30 times the serial loop's. (Only ``p`` needs it, but products of mixed precision
     cost NumPy more than the whole in double.)
     """
-    length = a.shape[0]
     # h, p and the products in out's memory order, so that every pass runs along it (a
     # broadcast decay copied in another order made each pass stride across rows).
     wide = _dtypes.carry(out.dtype)
-    h, p, added = (np.empty_like(out, dtype=wide) for _ in range(3))
+    with Scratch() as scratch:
+        _doubling_in(a, x, h0, out, *(scratch.like(out, wide) for _ in range(3)))
+
+
+def _doubling_in(a, x, h0, out, h, p, added) -> None:
+    """`_doubling` in the work arrays ``h``, ``p`` and ``added``."""
+    length = a.shape[0]
     np.copyto(h, np.broadcast_to(x, out.shape), casting="unsafe")
     h[0] += a[0] * h0
     np.copyto(p, np.broadcast_to(a, out.shape), casting="unsafe")
@@ -694,6 +704,12 @@ def _parallel(a, x, h0, out) -> None:
     state of a chunk are therefore re-run serially, so non-finite values
     propagate exactly as in the serial recurrence.
     """
+    with Scratch() as scratch:
+        _chunked(a, x, h0, out, scratch)
+
+
+def _chunked(a, x, h0, out, scratch: Scratch) -> None:
+    """`_parallel`, its copies of the chunks taken from ``scratch``."""
     length = a.shape[0]
     chunk = _chunk_length(length, math.prod(out.shape[1:]))
     count = length // chunk
@@ -717,10 +733,10 @@ def _parallel(a, x, h0, out) -> None:
         # copies' cost included, contiguous copies take 0.5 to 0.8 of the time.
         # (Decays broadcast along time, stride 0, stay views.)
         if ac.strides[0] != 0:
-            ac = _copy(np.empty(ac.shape, ac.dtype), ac)
+            ac = _copy(scratch.empty(ac.shape, ac.dtype), ac)
         # A copy even where the view is contiguous (a single chunk): the outputs
         # overwrite it.
-        xc = _copy(np.empty(xc.shape, xc.dtype), xc)
+        xc = _copy(scratch.empty(xc.shape, xc.dtype), xc)
     target = xc if compact else oc
 
     reduced = np.zeros((count, *out.shape[1:]), out.dtype)

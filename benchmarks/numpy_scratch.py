@@ -1,0 +1,114 @@
+"""The NumPy backend's temporaries, kept between calls in a pool or allocated afresh.
+
+A scan's temporaries (the chunked scan's copies of its chunks, time-major copies of
+time-contiguous operands, Hillis and Steele's work arrays in double precision) are the
+size of a segment of the operands. Freshly allocated, memory of that size is often new
+to the process, and the first write to each of its pages is a page fault: glibc maps
+allocations above its threshold (128 KiB at first) anew, and returns freed memory at the
+top of its heap beyond twice that to the system. Freeing a mapped block raises the
+threshold to the block's size (up to 32 MiB), so whether a call's temporaries fault
+depends on what the process freed before. Times the forward scan and its
+vector-Jacobian product with the pool (`cuscan._scratch`) as set and with it keeping
+nothing (every temporary allocated afresh, as before the pool), alternated, each shape
+in a new process: as it starts, and after it has freed a 16 MiB array. From one
+channel to 64, time-major and time-contiguous, in float32, float64 and complex64, with
+decays that change in time (and one row of decays constant in time, whose blocked scan
+takes no temporaries from the pool); prints the pool's time over the fresh
+allocations', and the most the pool kept. Writes results/numpy_scratch.json.
+
+    python -m benchmarks.numpy_scratch
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+
+import numpy as np
+
+import cuscan
+from benchmarks._common import alternated, environment, without_options, write
+from cuscan import _scratch
+
+# (T, channels, time axis, decays constant in time): time-major (T, C) along axis 0, or
+# time-contiguous (C, T) along axis -1.
+SHAPES = [(2**12, 1, 0, False), (2**14, 1, 0, False), (2**16, 1, 0, False),
+          (2**17, 1, 0, False), (2**19, 1, 0, False), (2**20, 1, 0, False),
+          (2**22, 1, 0, False), (2**12, 4, 0, False), (2**16, 4, 0, False),
+          (2**18, 4, 0, False), (2**14, 64, 0, False), (2**11, 64, -1, False),
+          (2**13, 64, -1, False), (2**16, 16, -1, False), (2**19, 1, 0, True)]
+DTYPES = ["float32", "float64", "complex64"]
+
+
+def measure(length: int, channels: int, axis: int, constant: bool, dtype: str,
+            freed: bool) -> dict:
+    """One row, in a process of its own: after freeing a 16 MiB array if ``freed``."""
+    if freed:
+        block = np.ones(2**21)
+        del block
+    rng = np.random.default_rng(0)
+    shape = (length, channels) if axis == 0 else (channels, length)
+    impulses = rng.uniform(-1.0, 1.0, shape).astype(dtype)
+    decays = rng.uniform(0.5, 1.0, shape).astype(dtype)
+    if constant:
+        decays = decays[:1] if axis == 0 else decays[:, :1]
+    weights = rng.uniform(-1.0, 1.0, shape).astype(dtype)
+    output = cuscan.linear_recurrence(decays, impulses, axis=axis)
+    settings = {"fresh": 0, "pool": _scratch._POOL_BYTES}
+    repeats = 3 if length * channels >= 2**20 else 7
+    row = {}
+    for name, function in (
+            ("forward", functools.partial(cuscan.linear_recurrence, decays, impulses,
+                                          axis=axis)),
+            ("vjp", functools.partial(cuscan.linear_recurrence_vjp, weights, decays, output,
+                                      axis=axis))):
+        best = alternated(function, _scratch, "_POOL_BYTES", settings, repeats)
+        function()
+        row |= {f"{name}_{label}_s": seconds for label, seconds in best.items()}
+        row[f"{name}_kept_bytes"] = _scratch._pool.bytes
+    return row
+
+
+def main() -> None:
+    rows = []
+    spawn = multiprocessing.get_context("spawn")
+    print("time with the pool over the time with every temporary allocated afresh "
+          "(< 1: the pool is faster), each shape in a new process: as it starts, and "
+          "after it freed 16 MiB")
+    print(f"{'T':>8} {'C':>3} {'axis':>4} {'decays':>8} {'dtype':>10} "
+          f"{'forward ms':>10} {'ratio':>6} {'freed':>6} {'vjp ms':>8} {'ratio':>6} "
+          f"{'freed':>6}")
+    for length, channels, axis, constant in SHAPES:
+        for dtype in DTYPES:
+            row = {"length": length, "channels": channels, "axis": axis,
+                   "constant_decays": constant, "dtype": dtype}
+            for freed in (False, True):
+                with spawn.Pool(1) as pool:
+                    result = pool.apply(measure, (length, channels, axis, constant, dtype,
+                                                  freed))
+                row |= {(f"freed_{k}" if freed else k): v for k, v in result.items()}
+            rows.append(row)
+            cells = []
+            for name in ("forward", "vjp"):
+                cells += [f"{row[f'{name}_fresh_s'] * 1e3:{10 if name == 'forward' else 8}.3f}",
+                          f"{row[f'{name}_pool_s'] / row[f'{name}_fresh_s']:6.2f}",
+                          f"{row[f'freed_{name}_pool_s'] / row[f'freed_{name}_fresh_s']:6.2f}"]
+            print(f"{length:>8} {channels:>3} {axis:>4} {'constant' if constant else 'varying':>8} "
+                  f"{dtype:>10} " + " ".join(cells), flush=True)
+    for prefix, label in (("", "as a process starts"), ("freed_", "after it freed 16 MiB")):
+        ratios = [r[f"{prefix}{name}_pool_s"] / r[f"{prefix}{name}_fresh_s"] for r in rows
+                  for name in ("forward", "vjp")]
+        print(f"{label}: the pool took {min(ratios):.2f} to {max(ratios):.2f} of the time")
+    kept = max(r[f"{name}_kept_bytes"] for r in rows for name in ("forward", "vjp"))
+    print(f"the pool kept at most {kept / 2**20:.1f} MiB (its limit: "
+          f"{_scratch._POOL_BYTES / 2**20:g} MiB)")
+    path = write("numpy_scratch", {"environment": environment(),
+                                   "pool_bytes": _scratch._POOL_BYTES,
+                                   "min_pooled": _scratch._MIN_POOLED,
+                                   "max_pooled": _scratch._MAX_POOLED, "rows": rows})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    without_options(__doc__)
+    main()

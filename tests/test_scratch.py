@@ -1,0 +1,148 @@
+"""The pool of the CPU scans' temporaries: reuse, bounds, and scans that use it."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import cuscan
+from cuscan import _numpy_backend, _scratch
+from tests import reference
+from tests.conftest import Backend, assert_close
+from tests.test_linear_recurrence import check, make
+
+
+class PoisonedPool(_scratch._Pool):
+    """A pool that fills every buffer given back with NaN (all bits set), so that an
+    array read after its scope closed gives NaN."""
+
+    def give(self, buffer):
+        buffer.fill(0xFF)
+        super().give(buffer)
+
+
+@pytest.fixture
+def pool(monkeypatch):
+    """An empty pool of its own for the test, poisoning what it is given."""
+    fresh = PoisonedPool()
+    monkeypatch.setattr(_scratch, "_pool", fresh)
+    return fresh
+
+
+def test_scopes_reuse_buffers(pool):
+    """A later scope gets the buffers an earlier one gave back; the arrays of one scope,
+    and of scopes nested in it, never share memory; every array starts on a cache line."""
+    size = _scratch._MIN_POOLED // 8
+    with _scratch.Scratch() as scratch:
+        first = scratch.empty((size,), np.float64)
+        second = scratch.empty((size // 2, 2), np.complex64)
+        with _scratch.Scratch() as inner:
+            third = inner.empty((size,), np.float64)
+        assert not np.shares_memory(first, second)
+        assert not np.shares_memory(first, third)
+        assert not np.shares_memory(second, third)
+        with _scratch.Scratch() as inner:  # the buffer the first inner scope gave back
+            assert inner.empty((size, 2), np.float32).ctypes.data == third.ctypes.data
+    for array in (first, second, third):
+        assert array.ctypes.data % _scratch._ALIGN == 0
+        assert array.flags.c_contiguous
+    assert len(pool.free) == 3
+    assert pool.bytes == sum(b.nbytes for b in pool.free)
+    with _scratch.Scratch() as scratch:
+        again = {scratch.empty((size,), np.float64).ctypes.data for _ in range(3)}
+        assert again == {a.ctypes.data for a in (first, second, third)}
+    # A small array comes from NumPy and is not kept; so is a large one.
+    with _scratch.Scratch() as scratch:
+        small = scratch.empty((7, 3), np.float64)
+        large = scratch.empty((_scratch._MAX_POOLED + 1,), np.uint8)
+        assert small.shape == (7, 3)
+        assert large.shape == (_scratch._MAX_POOLED + 1,)
+    assert len(pool.free) == 3
+
+
+def test_pool_is_bounded(pool, monkeypatch):
+    """The pool keeps at most _POOL_BYTES, dropping its oldest buffers first, and hands
+    out no buffer more than twice the size asked for."""
+    unit = _scratch._MIN_POOLED
+    monkeypatch.setattr(_scratch, "_POOL_BYTES", 5 * unit)
+    with _scratch.Scratch() as scratch:
+        for n in (1, 2, 3):
+            scratch.empty((n * unit,), np.uint8)
+    assert pool.bytes == 5 * unit
+    assert [b.nbytes for b in pool.free] == [2 * unit, 3 * unit]
+    kept = pool.free[1]
+    with _scratch.Scratch() as scratch:
+        twice = scratch.empty((unit,), np.uint8)  # the buffer of 2 units
+        more = scratch.empty((unit,), np.uint8)  # not the buffer of 3: a new one
+        assert twice.nbytes == more.nbytes == unit
+        assert not np.shares_memory(more, kept)
+        assert pool.free == [kept]
+    assert [b.nbytes for b in pool.free] == [2 * unit, unit]  # the oldest, kept, dropped
+    with _scratch.Scratch() as scratch:
+        scratch.empty((10 * unit,), np.uint8)  # more than the pool keeps: not kept
+    assert [b.nbytes for b in pool.free] == [2 * unit, unit]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "complex128", "float16"])
+def test_scans_with_every_temporary_pooled(pool, monkeypatch, dtype):
+    """With every temporary from the pool (even the smallest), the buffers that segments
+    of time, and the chunks of each, take one after another give the reference's results:
+    nothing a scope hands on (a segment's last state, the gradient entering the next
+    segment) lives in a buffer it gave back, which the pool fills with NaN. Forward and
+    vector-Jacobian product over time-major copies (time-contiguous operands), the
+    chunked scan's copies, reverse, and initial states."""
+    monkeypatch.setattr(_scratch, "_MIN_POOLED", 1)
+    monkeypatch.setattr(_numpy_backend, "_SEGMENT_BYTES", 2048)
+    monkeypatch.setattr(_numpy_backend, "_CACHE_SEGMENT_BYTES", 1024)
+    monkeypatch.setattr(_numpy_backend, "_MIN_CACHE_SEGMENT", 64)
+    monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_BYTES", -1)
+    numpy = Backend("numpy")
+    rng = np.random.default_rng(59)
+    for width, length in ((40, 1500), (1, 3001), (3, 2000)):
+        decays = make(rng, (width, length), dtype, low=0.5)
+        impulses = make(rng, (width, length), dtype, low=-1.0)
+        state = make(rng, (width,), dtype, low=-1.0)
+        for reverse in (False, True):
+            check(numpy, decays, impulses, state, axis=-1, reverse=reverse, method="parallel")
+            check(numpy, decays.T, impulses.T, state, reverse=reverse, method="parallel")
+        weights = make(rng, (width, length), dtype, low=-1.0)
+        output = cuscan.linear_recurrence(decays, impulses, state, axis=-1)
+        got = cuscan.linear_recurrence_vjp(weights, decays, output, state, axis=-1)
+        for g, w in zip(got, vjp(weights, decays, output, state), strict=True):
+            assert_close(g, w, np.abs(w).max(), g.dtype, length)
+    assert pool.free  # the scans took and gave back buffers
+
+
+def vjp(weights, decays, output, state):
+    """The vector-Jacobian product along the last axis, from the float64 reference: the
+    reverse recurrence over the next step's conjugate decays, and the products with the
+    conjugate previous states."""
+    following = np.concatenate([decays[:, 1:], np.zeros_like(decays[:, :1])], axis=-1)
+    g = reference.linear_recurrence(np.conj(following), weights, axis=-1, reverse=True)
+    previous = np.concatenate([state[:, None], output[:, :-1]], axis=-1)
+    return np.conj(previous) * g, g, np.conj(decays[:, 0]) * g[:, 0]
+
+
+def test_threads_share_the_pool(pool):
+    """Scans on several threads at once, their temporaries from the one pool, each give
+    the result the same scan gives alone."""
+    rng = np.random.default_rng(61)
+    cases = [(make(rng, (2**15 + 7 * i, 1), low=0.5), make(rng, (2**15 + 7 * i, 1), low=-1.0))
+             for i in range(8)]
+    alone = [cuscan.linear_recurrence(a, x, method="parallel") for a, x in cases]
+    results: dict[int, list] = {}
+
+    def run(i):
+        results[i] = [cuscan.linear_recurrence(*cases[i], method="parallel") for _ in range(20)]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(cases))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i, want in enumerate(alone):
+        for got in results[i]:
+            np.testing.assert_array_equal(got, want)
+    assert pool.free
