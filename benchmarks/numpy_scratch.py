@@ -13,8 +13,11 @@ nothing (every temporary allocated afresh, as before the pool), alternated, each
 in a new process: as it starts, and after it has freed a 16 MiB array. From one
 channel to 64, time-major and time-contiguous, in float32, float64 and complex64, with
 decays that change in time (and one row of decays constant in time, whose blocked scan
-takes no temporaries from the pool); prints the pool's time over the fresh
-allocations', and the most the pool kept. Writes results/numpy_scratch.json.
+takes no temporaries from the pool); then `cuscan.signal.filtfilt` and `sosfiltfilt`
+(the padded signal, the first pass, and the second's copy of its reversed input from
+the pool) on one channel and eight, time-last and time-major. Prints the pool's time
+over the fresh allocations', and the most the pool kept. Writes
+results/numpy_scratch.json.
 
     python -m benchmarks.numpy_scratch
 """
@@ -40,12 +43,35 @@ SHAPES = [(2**12, 1, 0, False), (2**14, 1, 0, False), (2**16, 1, 0, False),
 DTYPES = ["float32", "float64", "complex64"]
 
 
-def measure(length: int, channels: int, axis: int, constant: bool, dtype: str,
-            freed: bool) -> dict:
-    """One row, in a process of its own: after freeing a 16 MiB array if ``freed``."""
+# The zero-phase filters' rows: (T, channels, time axis), float64.
+FILTER_SHAPES = [(2**12, 1, 0), (2**16, 1, 0), (2**18, 1, 0), (2**20, 1, 0), (2**15, 8, -1),
+                 (2**15, 8, 0), (2**17, 8, -1)]
+
+
+def timed(functions: dict, repeats: int) -> dict:
+    """Best times of each of ``functions`` (name -> function) with the pool as set and
+    keeping nothing, alternated, and the bytes the pool keeps after each."""
+    settings = {"fresh": 0, "pool": _scratch._POOL_BYTES}
+    row = {}
+    for name, function in functions.items():
+        best = alternated(function, _scratch, "_POOL_BYTES", settings, repeats)
+        function()
+        row |= {f"{name}_{label}_s": seconds for label, seconds in best.items()}
+        row[f"{name}_kept_bytes"] = _scratch._pool.bytes
+    return row
+
+
+def free_a_block(freed: bool) -> None:
+    """Free a 16 MiB array where ``freed``: glibc then maps and trims less."""
     if freed:
         block = np.ones(2**21)
         del block
+
+
+def measure(length: int, channels: int, axis: int, constant: bool, dtype: str,
+            freed: bool) -> dict:
+    """A scan's row, in a process of its own (after freeing 16 MiB where ``freed``)."""
+    free_a_block(freed)
     rng = np.random.default_rng(0)
     shape = (length, channels) if axis == 0 else (channels, length)
     impulses = rng.uniform(-1.0, 1.0, shape).astype(dtype)
@@ -54,58 +80,90 @@ def measure(length: int, channels: int, axis: int, constant: bool, dtype: str,
         decays = decays[:1] if axis == 0 else decays[:, :1]
     weights = rng.uniform(-1.0, 1.0, shape).astype(dtype)
     output = cuscan.linear_recurrence(decays, impulses, axis=axis)
-    settings = {"fresh": 0, "pool": _scratch._POOL_BYTES}
-    repeats = 3 if length * channels >= 2**20 else 7
+    return timed({"forward": functools.partial(cuscan.linear_recurrence, decays, impulses,
+                                               axis=axis),
+                  "vjp": functools.partial(cuscan.linear_recurrence_vjp, weights, decays,
+                                           output, axis=axis)},
+                 3 if length * channels >= 2**20 else 7)
+
+
+def measure_filters(length: int, channels: int, axis: int, freed: bool) -> dict:
+    """The zero-phase filters' row, in a process of its own (after freeing 16 MiB where
+    ``freed``): `filtfilt` of a 4th-order Butterworth filter and `sosfiltfilt` of an
+    8th-order one, padded as SciPy pads."""
+    import scipy.signal
+
+    from cuscan import signal
+
+    free_a_block(freed)
+    shape = (length, channels) if axis == 0 else (channels, length)
+    x = np.random.default_rng(0).standard_normal(shape)
+    b, a = scipy.signal.butter(4, 0.1)
+    sos = scipy.signal.butter(8, 0.1, output="sos")
+    return timed({"filtfilt": functools.partial(signal.filtfilt, b, a, x, axis=axis),
+                  "sosfiltfilt": functools.partial(signal.sosfiltfilt, sos, x, axis=axis)},
+                 3 if length * channels >= 2**20 else 7)
+
+
+def in_new_processes(function, *args) -> dict:
+    """``function(*args, freed)`` in a new process as it starts and in another after it
+    freed 16 MiB, the latter's keys prefixed with ``freed_``."""
     row = {}
-    for name, function in (
-            ("forward", functools.partial(cuscan.linear_recurrence, decays, impulses,
-                                          axis=axis)),
-            ("vjp", functools.partial(cuscan.linear_recurrence_vjp, weights, decays, output,
-                                      axis=axis))):
-        best = alternated(function, _scratch, "_POOL_BYTES", settings, repeats)
-        function()
-        row |= {f"{name}_{label}_s": seconds for label, seconds in best.items()}
-        row[f"{name}_kept_bytes"] = _scratch._pool.bytes
+    spawn = multiprocessing.get_context("spawn")
+    for freed in (False, True):
+        with spawn.Pool(1) as pool:
+            result = pool.apply(function, (*args, freed))
+        row |= {(f"freed_{k}" if freed else k): v for k, v in result.items()}
     return row
 
 
+def cells(row: dict, names) -> str:
+    """Each of ``names``' fresh time (ms), and the pool's time over it, as a process starts
+    and after it freed 16 MiB."""
+    return " ".join(f"{row[f'{name}_fresh_s'] * 1e3:11.3f} "
+                    f"{row[f'{name}_pool_s'] / row[f'{name}_fresh_s']:6.2f} "
+                    f"{row[f'freed_{name}_pool_s'] / row[f'freed_{name}_fresh_s']:6.2f}"
+                    for name in names)
+
+
 def main() -> None:
-    rows = []
-    spawn = multiprocessing.get_context("spawn")
     print("time with the pool over the time with every temporary allocated afresh "
           "(< 1: the pool is faster), each shape in a new process: as it starts, and "
           "after it freed 16 MiB")
     print(f"{'T':>8} {'C':>3} {'axis':>4} {'decays':>8} {'dtype':>10} "
-          f"{'forward ms':>10} {'ratio':>6} {'freed':>6} {'vjp ms':>8} {'ratio':>6} "
+          f"{'forward ms':>11} {'ratio':>6} {'freed':>6} {'vjp ms':>11} {'ratio':>6} "
           f"{'freed':>6}")
+    rows = []
     for length, channels, axis, constant in SHAPES:
         for dtype in DTYPES:
-            row = {"length": length, "channels": channels, "axis": axis,
-                   "constant_decays": constant, "dtype": dtype}
-            for freed in (False, True):
-                with spawn.Pool(1) as pool:
-                    result = pool.apply(measure, (length, channels, axis, constant, dtype,
-                                                  freed))
-                row |= {(f"freed_{k}" if freed else k): v for k, v in result.items()}
-            rows.append(row)
-            cells = []
-            for name in ("forward", "vjp"):
-                cells += [f"{row[f'{name}_fresh_s'] * 1e3:{10 if name == 'forward' else 8}.3f}",
-                          f"{row[f'{name}_pool_s'] / row[f'{name}_fresh_s']:6.2f}",
-                          f"{row[f'freed_{name}_pool_s'] / row[f'freed_{name}_fresh_s']:6.2f}"]
+            rows.append({"length": length, "channels": channels, "axis": axis,
+                         "constant_decays": constant, "dtype": dtype,
+                         **in_new_processes(measure, length, channels, axis, constant, dtype)})
             print(f"{length:>8} {channels:>3} {axis:>4} {'constant' if constant else 'varying':>8} "
-                  f"{dtype:>10} " + " ".join(cells), flush=True)
+                  f"{dtype:>10} " + cells(rows[-1], ("forward", "vjp")), flush=True)
+    print(f"\n{'T':>8} {'C':>3} {'axis':>4} {'filtfilt ms':>11} {'ratio':>6} {'freed':>6} "
+          f"{'sosfiltfilt':>11} {'ratio':>6} {'freed':>6}")
+    filters = []
+    for length, channels, axis in FILTER_SHAPES:
+        filters.append({"length": length, "channels": channels, "axis": axis,
+                        **in_new_processes(measure_filters, length, channels, axis)})
+        print(f"{length:>8} {channels:>3} {axis:>4} "
+              + cells(filters[-1], ("filtfilt", "sosfiltfilt")), flush=True)
     for prefix, label in (("", "as a process starts"), ("freed_", "after it freed 16 MiB")):
-        ratios = [r[f"{prefix}{name}_pool_s"] / r[f"{prefix}{name}_fresh_s"] for r in rows
-                  for name in ("forward", "vjp")]
-        print(f"{label}: the pool took {min(ratios):.2f} to {max(ratios):.2f} of the time")
-    kept = max(r[f"{name}_kept_bytes"] for r in rows for name in ("forward", "vjp"))
+        for what, table, names in (("scans", rows, ("forward", "vjp")),
+                                   ("filters", filters, ("filtfilt", "sosfiltfilt"))):
+            ratios = [r[f"{prefix}{name}_pool_s"] / r[f"{prefix}{name}_fresh_s"]
+                      for r in table for name in names]
+            print(f"{label}, {what}: the pool took {min(ratios):.2f} to {max(ratios):.2f} of "
+                  "the time")
+    kept = max(r[key] for r in rows + filters for key in r if key.endswith("_kept_bytes"))
     print(f"the pool kept at most {kept / 2**20:.1f} MiB (its limit: "
           f"{_scratch._POOL_BYTES / 2**20:g} MiB)")
     path = write("numpy_scratch", {"environment": environment(),
                                    "pool_bytes": _scratch._POOL_BYTES,
                                    "min_pooled": _scratch._MIN_POOLED,
-                                   "max_pooled": _scratch._MAX_POOLED, "rows": rows})
+                                   "max_pooled": _scratch._MAX_POOLED, "rows": rows,
+                                   "filters": filters})
     print(f"wrote {path}")
 
 

@@ -146,3 +146,34 @@ def test_threads_share_the_pool(pool):
         for got in results[i]:
             np.testing.assert_array_equal(got, want)
     assert pool.free
+
+
+def test_filters_with_every_temporary_pooled(pool, monkeypatch):
+    """`cuscan.signal`'s temporaries from the pool (the padded signal and first pass of the
+    zero-phase filters, the chunks' copies of signals whose steps lie apart or run
+    backward), with every one pooled and poisoned when given back: SciPy's results, so
+    no output or final state lives in a buffer given back."""
+    scipy_signal = pytest.importorskip("scipy.signal")
+    from cuscan import signal
+
+    monkeypatch.setattr(_scratch, "_MIN_POOLED", 1)
+    rng = np.random.default_rng(67)
+    b, a = scipy_signal.butter(4, 0.1)
+    sos = scipy_signal.butter(6, 0.2, output="sos")
+    for shape, axis in (((3001,), 0), ((3, 2000), -1), ((2000, 3), 0), ((5, 700, 2), 1)):
+        x = rng.standard_normal(shape)
+        for view in (x, np.flip(x, axis)):
+            for padtype, padlen in (("odd", None), ("even", 40), ("constant", None), (None, 0)):
+                got = signal.filtfilt(b, a, view, axis=axis, padtype=padtype, padlen=padlen)
+                want = scipy_signal.filtfilt(b, a, view, axis=axis, padtype=padtype,
+                                             padlen=padlen)
+                assert reference.relative_error(got, want) <= 1e-10, (shape, padtype)
+            got = signal.sosfiltfilt(sos, view, axis=axis)
+            want = scipy_signal.sosfiltfilt(sos, view, axis=axis)
+            assert reference.relative_error(got, want) <= 1e-10, shape
+            zi = rng.standard_normal((sos.shape[0], *np.delete(shape, axis), 2))
+            zi = np.moveaxis(zi, -1, 1 + axis % len(shape))
+            for got, want in zip(signal.sosfilt(sos, view, axis=axis, zi=zi),
+                                 scipy_signal.sosfilt(sos, view, axis=axis, zi=zi), strict=True):
+                assert reference.relative_error(got, want) <= 1e-10, shape
+    assert pool.free

@@ -40,6 +40,7 @@ import numpy as np
 
 from cuscan import _numpy_backend
 from cuscan._api import linear_recurrence
+from cuscan._scratch import Scratch
 
 # The chunk length: the output costs 2 * length multiply-adds per sample for the whole
 # cascade, whatever its order, and the chunks' end states cost about ``width`` per
@@ -403,7 +404,7 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
             len(sections), sections[0].order, length))
         if matrices is not None:
             return _product(matrices, x, axis, zi, reverse, out, keep_state)
-    width, count = sum(s.width for s in sections), len(sections)
+    width = sum(s.width for s in sections)
     size = _SHORT_CHUNK if width <= _SHORT_WIDTH else _CHUNK
     if x.shape[axis] < 2 * size or (any(s.pairs for s in sections)
                                     and np.finfo(_WIDE).eps == np.finfo(np.float64).eps):
@@ -413,8 +414,20 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     pieces = _segments(signal.shape, size) if apart else []
     if pieces:
         return _in_segments(sections, x, axis, zi, reverse, out, keep_state, pieces)
-    if apart:  # steps apart, or reversed (filtfilt's second pass): copied in tiles
-        signal = _numpy_backend._copy(np.empty(signal.shape), signal)
+    if not apart:
+        return _in_rows(sections, signal, axis, zi, reverse, out, keep_state, size, apart)
+    with Scratch() as scratch:  # steps apart, or reversed (filtfilt's second pass)
+        copy = _numpy_backend._copy(scratch.empty(signal.shape, np.float64), signal)
+        return _in_rows(sections, copy, axis, zi, reverse, out, keep_state, size, apart)
+
+
+def _in_rows(sections: tuple, signal: np.ndarray, axis: int, zi, reverse: bool,
+             out: np.ndarray | None, keep_state: bool, size: int, apart: bool):
+    """`cascade` in chunks of ``size`` over ``signal``, its input (time along ``axis``)
+    with time moved last and adjacent samples (copied in tiles where its steps lie
+    ``apart`` or backward; the output is then a new array in the input's row-major
+    order, or ``out``)."""
+    width, count = sum(s.width for s in sections), len(sections)
     batch, length = signal.shape[:-1], signal.shape[-1]
     rows = math.prod(batch)
     signal = signal.reshape(rows, length)

@@ -631,11 +631,12 @@ def _decaying(f: _OnHost, zi: np.ndarray, length: int, signal: np.ndarray | None
 _NUMPY = _Arrays(np)
 
 
-def _in_chunks(ns, x, axis: int, zi, design: tuple[bytes, ...]) -> tuple | None:
+def _in_chunks(ns, x, axis: int, zi, design: tuple[bytes, ...], out=None) -> tuple | None:
     """The filter `_OnHost` takes as ``design`` over ``x`` in chunks as matrix products,
     from ``zi`` stacked by filter or rest: ``(y, zf)`` as ``ns`` arrays (zf stacked too;
     None without zi), or None where the chunks do not run (`_chunks.applies`, or
-    `_chunks.cascade` declining). A NumPy signal too short for the chunks
+    `_chunks.cascade` declining). A NumPy float64 array ``out`` of ``x``'s shape may
+    receive y (`_chunks.cascade`'s ``out``). A NumPy signal too short for the chunks
     (`_chunks.short`) is one product with the filter's matrices for its length
     (`_chunks.product`, built from its recurrences). Tensors a trace or autodiff may
     record run it as a linear map (`_OnHost`) where `_on_host` (with zi and x packed into
@@ -643,9 +644,10 @@ def _in_chunks(ns, x, axis: int, zi, design: tuple[bytes, ...]) -> tuple | None:
     f = _OnHost(design, axis - x.ndim)
     size = f.size
     views = ns.numpy_views(x, zi)
-    run = None
+    run, given = None, {}
     if views is not None and _chunks.applies(views[0], axis, **size):
         run, shape = functools.partial(_chunks.cascade, f.steps()), views[0].shape
+        given = {} if out is None else {"out": out}  # not part of the run a stream keeps
     elif views is not None and _chunks.short(views[0], axis, **size):
         length = x.shape[axis]
         run = functools.partial(_chunks.product, (design, length),
@@ -662,7 +664,8 @@ def _in_chunks(ns, x, axis: int, zi, design: tuple[bytes, ...]) -> tuple | None:
         y, zf = ns.split(ns.linear_on_host(packed, dataclasses.replace(f, state=True)),
                          length, axis)
         return y, _unpacked(ns, zf, axis, zi.shape[0])
-    done = run(views[0], axis, None if zi is None else np.asarray(views[1], np.float64))
+    done = run(views[0], axis, None if zi is None else np.asarray(views[1], np.float64),
+               **given)
     if done is None:
         return None
     _stream._note(run, axis, shape)
@@ -686,12 +689,13 @@ def _design(b: np.ndarray, a: np.ndarray) -> tuple[bytes, bytes] | None:
     return b.astype(np.float64).tobytes(), a.astype(np.float64).tobytes()
 
 
-def _chunked(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi):
+def _chunked(b: np.ndarray, a: np.ndarray, ns, x, axis: int, zi, out=None):
     """`_filter`, or where they run (on a real filter and signal) the whole filter in
-    chunks as matrix products (`_in_chunks`)."""
+    chunks as matrix products (`_in_chunks`, which may write y into ``out``)."""
     design = _design(b, a)
     if design is not None:
-        done = _in_chunks(ns, x, axis, None if zi is None else ns.expand_dims(zi, 0), design)
+        done = _in_chunks(ns, x, axis, None if zi is None else ns.expand_dims(zi, 0), design,
+                          out)
         if done is not None:
             y, zf = done
             return y, None if zf is None else zf[0]
@@ -1017,11 +1021,12 @@ def _sosfilt(sos, x, axis: int, zi):
     return y if zi is None else (y, zf)
 
 
-def _cascade(sos: np.ndarray, ns, x, axis: int, zi, chunks: bool = True):
+def _cascade(sos: np.ndarray, ns, x, axis: int, zi, chunks: bool = True, out=None):
     """The sections one after the other, in ``x``'s (double) precision (in chunks where
-    they run, unless not ``chunks``); returns y and the stacked zf (None without zi)."""
+    they run, unless not ``chunks``, which may write y into ``out``: `_in_chunks`);
+    returns y and the stacked zf (None without zi)."""
     design = sos.tobytes()
-    done = _in_chunks(ns, x, axis, zi, (design,)) if chunks else None
+    done = _in_chunks(ns, x, axis, zi, (design,), out) if chunks else None
     if done is not None:
         return done
     y, finals = x, []

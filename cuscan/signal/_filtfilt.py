@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from cuscan._api import public
+from cuscan._scratch import Scratch
 from cuscan.signal import _chunks
 from cuscan.signal._filters import (
     _NUMPY,
@@ -58,8 +59,9 @@ def _edge(x, axis: int, padtype, padlen, taps: int) -> int:
     return edge
 
 
-def _padded(ns, x, axis: int, padtype, edge: int):
-    """``x`` extended by ``edge`` samples at both ends as SciPy's filtfilt does."""
+def _padded(ns, x, axis: int, padtype, edge: int, scratch: Scratch | None = None):
+    """``x`` extended by ``edge`` samples at both ends as SciPy's filtfilt does (for a NumPy
+    ``x``, into an array from ``scratch`` where given)."""
     if edge == 0:
         return x
     length = x.shape[axis]
@@ -73,7 +75,12 @@ def _padded(ns, x, axis: int, padtype, edge: int):
         after = ns.flip(x[_along(x, axis, slice(length - 1 - edge, length - 1))], axis)
         if padtype == "odd":  # and negated about the end's value
             before, after = 2 * first - before, 2 * last - after
-    return ns.concat([before, x, after], axis)
+    if scratch is None:
+        return ns.concat([before, x, after], axis)
+    axis %= x.ndim
+    shape = (*x.shape[:axis], length + 2 * edge, *x.shape[axis + 1:])
+    into = scratch.empty(shape, np.result_type(before, x, after))
+    return np.concatenate([before, x, after], axis=axis, out=into)
 
 
 # `filtfilt` and `sosfiltfilt` over a signal on the CPU of at most _ZERO_PHASE_LENGTH samples
@@ -142,18 +149,27 @@ def _forward_backward(run, steady: np.ndarray, design: tuple[bytes, ...] | None,
     precision and returns ``(y, zf)``; tensors that autodiff or a trace records run the
     filter's ``design`` (None for a complex one) of that ``size`` as `_OnHost` maps from
     the steady state where `_on_host` (each pass is linear in its signal, the state
-    included), the second backward in time on the signal as it lies (``flipped``)."""
-    x = _padded(ns, x, axis, padtype, edge)
-    length = x.shape[axis]
-    if design is not None and _on_chunks(ns, x, axis, **size) is None \
-            and _on_host(ns, x, axis, None, **size):
-        f = _OnHost(design, axis - x.ndim, steady=True)
-        y = ns.linear_on_host(ns.linear_on_host(x, f), dataclasses.replace(f, flipped=True))
-    else:
-        y, _ = run(x, _steady_start(ns, steady, x, axis))
-        y = ns.flip(y, axis)
-        y, _ = run(y, _steady_start(ns, steady, y, axis))
-        y = ns.flip(y, axis)
+    included), the second backward in time on the signal as it lies (``flipped``). On
+    NumPy arrays, the padded signal and the first pass's output (``run(x, zi, out)``) are
+    temporaries from `Scratch`."""
+    numpy = type(x) is np.ndarray
+    with Scratch() as scratch:
+        x = _padded(ns, x, axis, padtype, edge, scratch if numpy else None)
+        length = x.shape[axis]
+        if design is not None and _on_chunks(ns, x, axis, **size) is None \
+                and _on_host(ns, x, axis, None, **size):
+            f = _OnHost(design, axis - x.ndim, steady=True)
+            y = ns.linear_on_host(ns.linear_on_host(x, f), dataclasses.replace(f, flipped=True))
+        else:
+            # (where time is last: the chunks write there in place)
+            first = scratch.empty(x.shape, x.dtype) if numpy and x.dtype == np.float64 \
+                and axis % x.ndim == x.ndim - 1 else None
+            y, _ = run(x, _steady_start(ns, steady, x, axis), out=first)
+            y = ns.flip(y, axis)
+            y, _ = run(y, _steady_start(ns, steady, y, axis))
+            if numpy and any(np.may_share_memory(y, v) for v in (x, first) if v is not None):
+                y = y.copy()  # the output of a filter that passes its input on
+            y = ns.flip(y, axis)
     return y[_along(y, axis, slice(edge, length - edge))]
 
 
@@ -299,8 +315,8 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
         if method == "gust":
             return outward(ns.cast(_gustafsson(b, a, ns, x, axis, irlen), out))
 
-        def run(x, zi):
-            return _chunked(b, a, ns, x, axis, zi)
+        def run(x, zi, out=None):
+            return _chunked(b, a, ns, x, axis, zi, out)
 
         y = _forward_backward(run, lfilter_zi(b, a), _design(b, a), ns, x, axis, padtype, edge,
                               order=order)
@@ -530,8 +546,8 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
         x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
                                           keep=_keep(ns, sections=len(sos)))
 
-        def run(x, zi):
-            return _cascade(sos, ns, x, axis, zi)
+        def run(x, zi, out=None):
+            return _cascade(sos, ns, x, axis, zi, out=out)
 
         y = _forward_backward(run, sosfilt_zi(sos), (sos.tobytes(),), ns, x, axis, padtype,
                               edge, sections=len(sos))
