@@ -15,8 +15,9 @@ channel to 64, time-major and time-contiguous, in float32, float64 and complex64
 decays that change in time (and one row of decays constant in time, whose blocked scan
 takes no temporaries from the pool); then `cuscan.signal.filtfilt` and `sosfiltfilt`
 (the padded signal, the first pass, and the second's copy of its reversed input from
-the pool) on one channel and eight, time-last and time-major. Prints the pool's time
-over the fresh allocations', and the most the pool kept. Writes
+the pool) on one channel and eight, time-last and time-major, with SciPy's time as
+the new process starts. Prints the pool's time over the fresh allocations', and the
+most the pool kept. Writes
 results/numpy_scratch.json.
 
     python -m benchmarks.numpy_scratch
@@ -30,7 +31,7 @@ import multiprocessing
 import numpy as np
 
 import cuscan
-from benchmarks._common import alternated, environment, without_options, write
+from benchmarks._common import alternated, best_time, environment, without_options, write
 from cuscan import _scratch
 
 # (T, channels, time axis, decays constant in time): time-major (T, C) along axis 0, or
@@ -100,9 +101,16 @@ def measure_filters(length: int, channels: int, axis: int, freed: bool) -> dict:
     x = np.random.default_rng(0).standard_normal(shape)
     b, a = scipy.signal.butter(4, 0.1)
     sos = scipy.signal.butter(8, 0.1, output="sos")
-    return timed({"filtfilt": functools.partial(signal.filtfilt, b, a, x, axis=axis),
-                  "sosfiltfilt": functools.partial(signal.sosfiltfilt, sos, x, axis=axis)},
-                 3 if length * channels >= 2**20 else 7)
+    repeats = 3 if length * channels >= 2**20 else 7
+    row = timed({"filtfilt": functools.partial(signal.filtfilt, b, a, x, axis=axis),
+                 "sosfiltfilt": functools.partial(signal.sosfiltfilt, sos, x, axis=axis)},
+                repeats)
+    for name, function in (("filtfilt", functools.partial(scipy.signal.filtfilt, b, a, x,
+                                                          axis=axis)),
+                           ("sosfiltfilt", functools.partial(scipy.signal.sosfiltfilt, sos, x,
+                                                             axis=axis))):
+        row[f"{name}_scipy_s"] = min(best_time(function, repeats) for _ in range(3))
+    return row
 
 
 def in_new_processes(function, *args) -> dict:
@@ -142,13 +150,17 @@ def main() -> None:
             print(f"{length:>8} {channels:>3} {axis:>4} {'constant' if constant else 'varying':>8} "
                   f"{dtype:>10} " + cells(rows[-1], ("forward", "vjp")), flush=True)
     print(f"\n{'T':>8} {'C':>3} {'axis':>4} {'filtfilt ms':>11} {'ratio':>6} {'freed':>6} "
-          f"{'sosfiltfilt':>11} {'ratio':>6} {'freed':>6}")
+          f"{'sosfiltfilt':>11} {'ratio':>6} {'freed':>6}   pool over SciPy: filtfilt, "
+          "sosfiltfilt")
     filters = []
     for length, channels, axis in FILTER_SHAPES:
         filters.append({"length": length, "channels": channels, "axis": axis,
                         **in_new_processes(measure_filters, length, channels, axis)})
+        row = filters[-1]
         print(f"{length:>8} {channels:>3} {axis:>4} "
-              + cells(filters[-1], ("filtfilt", "sosfiltfilt")), flush=True)
+              + cells(row, ("filtfilt", "sosfiltfilt"))
+              + "".join(f" {row[f'{name}_pool_s'] / row[f'{name}_scipy_s']:8.2f}"
+                        for name in ("filtfilt", "sosfiltfilt")), flush=True)
     for prefix, label in (("", "as a process starts"), ("freed_", "after it freed 16 MiB")):
         for what, table, names in (("scans", rows, ("forward", "vjp")),
                                    ("filters", filters, ("filtfilt", "sosfiltfilt"))):
