@@ -9,6 +9,7 @@ from typing import Any, Literal
 import numpy as np
 
 from cuscan import _backend, _dtypes
+from cuscan._scratch import Scratch
 
 METHODS = ("auto", "serial", "parallel")
 
@@ -291,23 +292,25 @@ def backward(grad_output, decays, output, initial_state=None, *, axis=0, reverse
                              "is given")
     xp = backend.xp
     full_shapes = (shape, shape, shape[:axis] + shape[axis + 1:])
-    full = tuple(None if target is None else _full(xp, target, full_shape, dtype)
-                 for target, full_shape in zip(out, full_shapes, strict=True))
-    state = None if initial_state is None else _state(xp, initial_state, shape, axis)
-    grad_decays, grad_impulses, grad_state = full
-    if math.prod(shape) > 0:
-        views = [_broadcast(xp, grad_output, shape), _broadcast(xp, decays, shape), output,
-                 grad_decays, grad_impulses]
-        if reverse:
-            views = [xp.flip(v, axis) for v in views]
-        go, a, h, ga, gx = views
-        backend.backward(go, a, h, state, ga, gx, grad_state, axis)
-    else:
-        for grad in (grad_decays, grad_state):
-            if grad is not None:
-                grad[...] = 0
-    return tuple(None if target is None else _sum_into(xp, grad, target)
-                 for grad, target in zip(full, out, strict=True))
+    with Scratch() as scratch:  # for the NumPy backend's gradients summed after
+        full = tuple(None if target is None else
+                     _full(xp, target, full_shape, dtype, scratch if xp is np else None)
+                     for target, full_shape in zip(out, full_shapes, strict=True))
+        state = None if initial_state is None else _state(xp, initial_state, shape, axis)
+        grad_decays, grad_impulses, grad_state = full
+        if math.prod(shape) > 0:
+            views = [_broadcast(xp, grad_output, shape), _broadcast(xp, decays, shape), output,
+                     grad_decays, grad_impulses]
+            if reverse:
+                views = [xp.flip(v, axis) for v in views]
+            go, a, h, ga, gx = views
+            backend.backward(go, a, h, state, ga, gx, grad_state, axis)
+        else:
+            for grad in (grad_decays, grad_state):
+                if grad is not None:
+                    grad[...] = 0
+        return tuple(None if target is None else _sum_into(xp, grad, target)
+                     for grad, target in zip(full, out, strict=True))
 
 
 def check_given(operands: dict[str, object], optional: tuple[str, ...] = ("initial_state",)):
@@ -469,13 +472,16 @@ def _output(xp, out, shape, dtype):
     return out
 
 
-def _full(xp, target, shape, dtype):
-    """Where a gradient of ``shape`` is computed: ``target`` itself if it has that shape."""
-    if isinstance(target, tuple):
-        return xp.empty(shape, dtype)
-    if target.dtype != dtype:
+def _full(xp, target, shape, dtype, scratch: Scratch | None = None):
+    """Where a gradient of ``shape`` is computed: ``target`` itself if it has that shape, or
+    the new array returned where ``target`` is that shape; else an array to be summed into
+    ``target`` (from ``scratch`` where given)."""
+    given = not isinstance(target, tuple)
+    if given and target.dtype != dtype:
         raise ValueError(f"`out` must hold {dtype} arrays; got {target.dtype}")
-    return target if target.shape == shape else xp.empty(shape, dtype)
+    if (target.shape if given else target) == shape:
+        return target if given else xp.empty(shape, dtype)
+    return xp.empty(shape, dtype) if scratch is None else scratch.empty(shape, dtype)
 
 
 def _sum_into(xp, grad, target):

@@ -177,3 +177,34 @@ def test_filters_with_every_temporary_pooled(pool, monkeypatch):
                                  scipy_signal.sosfilt(sos, view, axis=axis, zi=zi), strict=True):
                 assert reference.relative_error(got, want) <= 1e-10, shape
     assert pool.free
+
+
+def test_gradients_summed_from_pooled_buffers(pool, monkeypatch):
+    """The vector-Jacobian product computes the gradients of broadcast decays and initial
+    states in pooled buffers and sums them: with every temporary pooled and poisoned when
+    given back, the same gradients as with nothing pooled, into new arrays or ``out``."""
+    from cuscan import _api
+
+    largest = _scratch._MAX_POOLED
+    rng = np.random.default_rng(71)
+    impulses = make(rng, (600, 3, 4), "complex128", low=-1.0)
+    weights = make(rng, impulses.shape, "complex128", low=-1.0)
+    for decays, state in ((0.9, None), (make(rng, (3, 4), low=0.5), make(rng, (1, 4))),
+                          (make(rng, (600, 1, 1), low=0.5), make(rng, (3, 1)))):
+        output = cuscan.linear_recurrence(decays, impulses, state)
+        monkeypatch.setattr(_scratch, "_MAX_POOLED", 0)  # nothing pooled
+        want = cuscan.linear_recurrence_vjp(weights, decays, output, state)
+        monkeypatch.setattr(_scratch, "_MAX_POOLED", largest)
+        monkeypatch.setattr(_scratch, "_MIN_POOLED", 1)  # everything pooled
+        got = cuscan.linear_recurrence_vjp(weights, decays, output, state)
+        into = tuple(None if w is None else np.empty_like(w) for w in want)
+        summed = _api.backward(weights, decays, output, state, out=into)
+        for g, s, w, i in zip(got, summed, want, into, strict=True):
+            if w is None:
+                assert g is None
+                assert s is None
+                continue
+            np.testing.assert_array_equal(g, w)
+            assert s is i
+            np.testing.assert_array_equal(s, w)
+    assert pool.free
