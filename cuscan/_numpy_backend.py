@@ -254,7 +254,7 @@ def _backward(go, a, h, h0, gx, ga, start: int, stop: int, after, acc, keep: boo
         g = _buffer(target, acc, scratch, keep)
         # Reverse time by viewing every array backwards, then run the forward scan.
         g[-1] = go[-1] if after is None else go[-1] + np.conj(a[count]) * after
-        scan(_conj(a[count - 1:0:-1]), go[-2::-1], g[-1], g[-2::-1], method)
+        scan(_conj(a[count - 1:0:-1], scratch), go[-2::-1], g[-1], g[-2::-1], method)
         if g is not target:
             _copy(target, g)
             if target.dtype == acc:  # the decays' gradient then reads it in the output's layout
@@ -262,8 +262,12 @@ def _backward(go, a, h, h0, gx, ga, start: int, stop: int, after, acc, keep: boo
         h = h[max(start - 1, 0):stop].astype(acc, copy=False)
         ga = ga[start:stop]
         ga[0] = np.conj(h0 if start == 0 else h[0]) * g[0]
-        # no temporary product
-        np.multiply(_conj(h[:-1] if start == 0 else h[1:-1]), g[1:], out=ga[1:], casting="unsafe")
+        previous = h[:-1] if start == 0 else h[1:-1]
+        if np.iscomplexobj(previous) and ga.dtype == previous.dtype:
+            # conj(h) where the product goes, no temporary
+            np.multiply(np.conjugate(previous, out=ga[1:]), g[1:], out=ga[1:])
+        else:  # no temporary product
+            np.multiply(_conj(previous), g[1:], out=ga[1:], casting="unsafe")
         return g[0].copy()  # g may be scratch
 
 
@@ -339,12 +343,14 @@ def _operand(view, dtype, scratch: Scratch, keep: bool = False):
     return np.broadcast_to(_copy(scratch.empty(stored.shape, dtype), stored), view.shape)
 
 
-def _conj(view):
-    """The complex conjugate of ``view``, its broadcast axes still broadcast; real
-    views as they are."""
+def _conj(view, scratch: Scratch | None = None):
+    """The complex conjugate of ``view``, its broadcast axes still broadcast (in an array
+    from ``scratch`` where given); real views as they are."""
     if not np.iscomplexobj(view):
         return view
-    return np.broadcast_to(np.conj(_stored(view)), view.shape)
+    stored = _stored(view)
+    into = None if scratch is None else scratch.like(stored, stored.dtype)
+    return np.broadcast_to(np.conjugate(stored, out=into), view.shape)
 
 
 def _stored(view):
