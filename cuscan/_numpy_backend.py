@@ -263,12 +263,12 @@ def _backward(go, a, h, h0, gx, ga, start: int, stop: int, after, acc, keep: boo
         ga = ga[start:stop]
         ga[0] = np.conj(h0 if start == 0 else h[0]) * g[0]
         previous = h[:-1] if start == 0 else h[1:-1]
-        if np.iscomplexobj(previous) and ga.dtype == previous.dtype:
+        if previous.dtype.kind == "c" and ga.dtype == previous.dtype:
             # conj(h) where the product goes, no temporary
             np.multiply(np.conjugate(previous, out=ga[1:]), g[1:], out=ga[1:])
         else:  # no temporary product
             np.multiply(_conj(previous), g[1:], out=ga[1:], casting="unsafe")
-        return g[0].copy()  # g may be scratch
+        return g[0] if g is target else g[0].copy()  # g may be scratch
 
 
 def _time_first(view, axis: int):

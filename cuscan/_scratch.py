@@ -88,15 +88,16 @@ class Scratch:
     __slots__ = ("taken",)
 
     def __init__(self):
-        self.taken: list[np.ndarray] = []
+        self.taken: list[np.ndarray] | None = None  # made at the first buffer taken
 
     def __enter__(self) -> Scratch:
         return self
 
     def __exit__(self, *exc) -> None:
-        for buffer in self.taken:
-            _pool.give(buffer)
-        self.taken.clear()
+        if self.taken:
+            for buffer in self.taken:
+                _pool.give(buffer)
+            self.taken = None
 
     def empty(self, shape: tuple[int, ...], dtype) -> np.ndarray:
         """An uninitialised C-ordered array, valid until the scope closes."""
@@ -105,6 +106,8 @@ class Scratch:
         if not _MIN_POOLED <= size <= _MAX_POOLED:
             return np.empty(shape, dtype)
         buffer = _pool.take(size)
+        if self.taken is None:
+            self.taken = []
         self.taken.append(buffer)
         return buffer[:size].view(dtype).reshape(shape)
 
