@@ -152,8 +152,9 @@ def test_threads_share_the_pool(pool):
 def test_filters_with_every_temporary_pooled(pool, monkeypatch):
     """`cuscan.signal`'s temporaries from the pool (the padded signal and first pass of the
     zero-phase filters, the chunks' copies of signals whose steps lie apart or run
-    backward), with every one pooled and poisoned when given back: SciPy's results, so
-    no output or final state lives in a buffer given back."""
+    backward), with every one pooled and poisoned when given back: SciPy's results (the
+    signal itself through no sections), so no output or final state lives in a buffer
+    given back."""
     scipy_signal = pytest.importorskip("scipy.signal")
     from cuscan import signal
 
@@ -172,6 +173,9 @@ def test_filters_with_every_temporary_pooled(pool, monkeypatch):
             got = signal.sosfiltfilt(sos, view, axis=axis)
             want = scipy_signal.sosfiltfilt(sos, view, axis=axis)
             assert reference.relative_error(got, want) <= 1e-10, shape
+            # no sections: each pass hands its input on, the padded signal a pass took
+            np.testing.assert_array_equal(signal.sosfiltfilt(np.zeros((0, 6)), view, axis=axis),
+                                          view)
             zi = rng.standard_normal((sos.shape[0], *np.delete(shape, axis), 2))
             zi = np.moveaxis(zi, -1, 1 + axis % len(shape))
             for got, want in zip(signal.sosfilt(sos, view, axis=axis, zi=zi),
