@@ -40,13 +40,14 @@ SHAPES = [(2**12, 1, 0, False), (2**14, 1, 0, False), (2**16, 1, 0, False),
           (2**17, 1, 0, False), (2**19, 1, 0, False), (2**20, 1, 0, False),
           (2**22, 1, 0, False), (2**12, 4, 0, False), (2**16, 4, 0, False),
           (2**18, 4, 0, False), (2**14, 64, 0, False), (2**11, 64, -1, False),
-          (2**13, 64, -1, False), (2**16, 16, -1, False), (2**19, 1, 0, True)]
+          (2**13, 64, -1, False), (2**16, 16, -1, False), (2**17, 64, -1, False),
+          (2**19, 1, 0, True)]
 DTYPES = ["float32", "float64", "complex64"]
 
 
 # The zero-phase filters' rows: (T, channels, time axis), float64.
 FILTER_SHAPES = [(2**12, 1, 0), (2**16, 1, 0), (2**18, 1, 0), (2**20, 1, 0), (2**15, 8, -1),
-                 (2**15, 8, 0), (2**17, 8, -1)]
+                 (2**15, 8, 0), (2**16, 8, -1), (2**17, 8, -1), (2**17, 8, 0)]
 
 
 def timed(functions: dict, repeats: int) -> dict:

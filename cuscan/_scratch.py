@@ -14,9 +14,14 @@ three quarters of a gradient's (``benchmarks/numpy_scratch.py``).
 A `Scratch` scope takes its temporaries from a pool of buffers that earlier scopes gave
 back, and gives them back when it closes: at most _POOL_BYTES in all, buffers of
 _MIN_POOLED to _MAX_POOLED bytes. Smaller arrays come from ``numpy.empty``, below
-glibc's first threshold; larger ones too, as NumPy asks for huge pages for them (a fault
-per 2 MiB). The pool is shared by all threads, under a lock; a buffer belongs to one
-scope at a time, so nothing taken from a scope may outlive it.
+glibc's first threshold. The limits are glibc's own once a process has freed a block of
+32 MiB: its highest threshold, and twice that kept at the top of its heap. Below them,
+what glibc keeps depends on what the process freed before: with temporaries of 4 to 8 MiB
+(`cuscan.signal.filtfilt` on 8 channels of 65,536 samples), a loop of calls whose
+process had freed nothing larger faulted on 13 MiB a call and took 2 to 3 times as long.
+The pool keeps only what calls used, up to its limit. It is shared by all threads, under
+a lock; a buffer belongs to one scope at a time, so nothing taken from a scope may
+outlive it.
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ import threading
 import numpy as np
 
 _MIN_POOLED = 2**17
-_MAX_POOLED = 2**22
-_POOL_BYTES = 2**24
+_MAX_POOLED = 2**25
+_POOL_BYTES = 2**26
 # Buffers start on a cache line, and their sizes are rounded up to _GRAIN bytes, so that
 # segments of slightly different lengths share them.
 _ALIGN = 64
