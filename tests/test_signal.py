@@ -228,7 +228,8 @@ def test_direct_products(monkeypatch, chunk_runs):
     fir = ss.firwin(17, 0.2), np.ones(1)
     sos = ss.ellip(6, 1, 60, (0.2, 0.3), "bandstop", output="sos")
     for shape, axis in (((1,), 0), ((7, 3), 0), ((2, 15), -1), ((16,), 0), ((3, 100), -1),
-                        ((100, 3), 0), ((2, 37, 3), 1), ((256,), 0)):
+                        ((100, 3), 0), ((2, 37, 3), 1), ((256,), 0), ((2, 150), -1),
+                        ((150, 5), 0)):
         x = np.flip(rng.standard_normal(shape), axis)
         zi, zt, zs = (rng.standard_normal(lead + shape[:axis % len(shape)] + (order,)
                                           + shape[axis % len(shape) + 1:])
@@ -337,6 +338,26 @@ def test_direct_products_of_ill_conditioned_states(monkeypatch, design, built):
     assert [isinstance(kept, tuple) for kept in _chunks._direct_kept.values()] == [built]
 
 
+def test_products_of_few_rows():
+    """`_chunks.times` gives ``v @ matrix`` in C order in each of its forms: one row, a
+    matrix-vector product per row, the transposed product, and the plain one beyond
+    _FEW_ROWS rows or below _FEW_ROWS_SIDE; for C-ordered matrices, transposed ones and
+    row slices, real and complex."""
+    rng = np.random.default_rng(36)
+    side = _chunks._FEW_ROWS_SIDE
+    for rows in (1, 2, _chunks._VECTOR_ROWS, _chunks._VECTOR_ROWS + 1, 17, _chunks._FEW_ROWS,
+                 _chunks._FEW_ROWS + 1):
+        for n, m in ((side - 1, side + 5), (side, side), (side + 9, side + 3)):
+            stored = rng.standard_normal((n + 4, m)) + 1j * rng.standard_normal((n + 4, m))
+            for matrix in (stored.real[4:], stored.real[:n].T, stored[4:]):
+                v = rng.standard_normal((rows, matrix.shape[0]))
+                got = _chunks.times(v, matrix)
+                want = v @ matrix
+                assert got.flags.c_contiguous, (rows, n, m)
+                assert got.dtype == want.dtype, (rows, n, m)
+                assert relative_error(got, want) <= 1e-14, (rows, n, m)
+
+
 def test_zero_phase_products(monkeypatch):
     """Once `filtfilt` (either method) or `sosfiltfilt` has run twice on NumPy signals of a
     length, it is one product with the whole scheme's matrix for that length (the scheme
@@ -365,7 +386,7 @@ def test_zero_phase_products(monkeypatch):
         "sosfiltfilt": ((signal.sosfiltfilt, sos), (ss.sosfiltfilt, sos), {}),
     }
     for shape, axis in (((60,), 0), ((3, 100), -1), ((100, 3), 0), ((2, 50, 3), 1),
-                        ((512,), 0)):
+                        ((512,), 0), ((2, 150), -1), ((5, 150), -1)):
         x = np.flip(rng.standard_normal(shape), axis)
         signals = (x, x.astype(np.float32), x + 1j * np.flip(rng.standard_normal(shape), axis),
                    np.round(10 * x).astype(np.int16))

@@ -125,6 +125,16 @@ _DIRECT_STATE_GAIN = 1000
 # filter builds its matrices in time growing with the square of its order (about 7 ms
 # for 64 taps, 100 ms for 256).
 _MAX_ORDER = 64
+# The products of a few rows of samples with a filter's matrix for a short signal
+# (`_product`, and `filtfilt`'s `_zero_phase`) run as BLAS runs them fastest: OpenBLAS's
+# matrix product of 2 to 16 rows with a C-ordered 256 x 256 matrix took 2 to 5 times as
+# long as the same product with the matrix transposed on the left, and of 2 or 3 rows
+# 1.5 to 3 times as long as a matrix-vector product per row (x86-64, 2 cores; where the
+# matrix has fewer than _FEW_ROWS_SIDE rows or columns, or the rows are one or more than
+# _FEW_ROWS, the plain product took no longer) (benchmarks/signal_products.py).
+_FEW_ROWS = 64
+_VECTOR_ROWS = 3
+_FEW_ROWS_SIDE = 128
 
 
 def applies(x, axis: int, sections: int | None = None, order: int = 2) -> bool:
@@ -592,7 +602,7 @@ def _product(matrices: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
         inputs = slice(None)
     if not np.isfinite(signal).all():
         return None
-    y = signal @ (outputs[n:].T if reverse else outputs[inputs])
+    y = times(signal, outputs[n:].T if reverse else outputs[inputs])
     if not np.isfinite(y).all():
         return None
     y = _moved(y.reshape(*batch, length), -1, axis)
@@ -604,6 +614,17 @@ def _product(matrices: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
         return y, None
     zf = (signal @ finals[inputs]).reshape(rows, count, n // count).transpose(1, 0, 2)
     return y, np.ascontiguousarray(_moved(zf.reshape(count, *batch, n // count), -1, 1 + axis))
+
+
+def times(v: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """``v @ matrix`` in C order, for rows ``v`` (rows, n) and ``matrix`` (n, m), in the
+    form BLAS runs fastest for a few rows (see _FEW_ROWS)."""
+    rows = v.shape[0]
+    if not (2 <= rows <= _FEW_ROWS and min(matrix.shape) >= _FEW_ROWS_SIDE):
+        return v @ matrix
+    if rows <= _VECTOR_ROWS:  # a matrix-vector product per row
+        return np.matmul(v[:, None, :], matrix)[:, 0]
+    return np.ascontiguousarray((matrix.T @ v.T).T)
 
 
 def _segments(shape: tuple, size: int) -> list[tuple[int, int]]:

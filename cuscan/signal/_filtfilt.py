@@ -112,7 +112,7 @@ def _zero_phase(key: tuple, ns, x, axis: int, work, out, dtype, whole):
         matrix = matrix.T.astype(work, copy=False)  # the framework's product mixes no dtypes
         y = ns.contiguous(ns.apply_along(matrix, ns.cast(x, work), axis))
     elif axis == x.ndim - 1:  # rows of samples: y = x M
-        y = (x.reshape(-1, length) @ matrix).reshape(x.shape)
+        y = _chunks.times(x.reshape(-1, length), matrix).reshape(x.shape)
     else:  # samples down the columns of (before, length, after) blocks: y = M^T x
         blocks = x.reshape(math.prod(x.shape[:axis]), length, -1)
         y = np.matmul(matrix.T, blocks).reshape(x.shape)
