@@ -126,12 +126,15 @@ _DIRECT_STATE_GAIN = 1000
 # for 64 taps, 100 ms for 256).
 _MAX_ORDER = 64
 # The products of a few rows of samples with a filter's matrix for a short signal
-# (`_product`, and `filtfilt`'s `_zero_phase`) run as BLAS runs them fastest: OpenBLAS's
-# matrix product of 2 to 16 rows with a C-ordered 256 x 256 matrix took 2 to 5 times as
-# long as the same product with the matrix transposed on the left, and of 2 or 3 rows
-# 1.5 to 3 times as long as a matrix-vector product per row (x86-64, 2 cores; where the
-# matrix has fewer than _FEW_ROWS_SIDE rows or columns, or the rows are one or more than
-# _FEW_ROWS, the plain product took no longer) (benchmarks/signal_products.py).
+# (`_product`, and `filtfilt`'s `_zero_phase`) run in the form BLAS runs fastest. On an
+# x86-64 machine of 2 cores, OpenBLAS's product of 2 to 16 rows with a C-ordered matrix of
+# 128 to 512 rows and columns took 1.3 to 4.7 times as long as the fastest of: a
+# matrix-vector product per row (taken for 2 or 3 rows), and the transposed product
+# ``(M.T @ v.T).T`` (taken from 4 rows; at 4 rows of 128 and 256 samples the former was
+# faster, by 1.2 to 1.4 times). The filters on 2 to 64 channels of 128 to 512 samples took
+# 0.28 to 1.05 of the time they took with the plain product. One row, more than _FEW_ROWS,
+# and matrices with fewer than _FEW_ROWS_SIDE rows or columns keep the plain product, which
+# was the fastest there or within 1.4 times of it (benchmarks/signal_products.py).
 _FEW_ROWS = 64
 _VECTOR_ROWS = 3
 _FEW_ROWS_SIDE = 128
