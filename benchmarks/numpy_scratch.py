@@ -15,10 +15,10 @@ channel to 64, time-major and time-contiguous, in float32, float64 and complex64
 decays that change in time (and one row of decays constant in time, whose blocked scan
 takes no temporaries from the pool); then `cuscan.signal.filtfilt` and `sosfiltfilt`
 (the padded signal, the first pass, and the second's copy of its reversed input from
-the pool) on one channel and eight, time-last and time-major, with SciPy's time as
-the new process starts. Prints the pool's time over the fresh allocations', and the
-most the pool kept. Writes
-results/numpy_scratch.json.
+the pool), and `lfilter` and `sosfilt` (time-major signals' copies, and their output
+rows before they are put back time-major), on one channel, 8 and 64, time-last and
+time-major, with SciPy's time in the same process. Prints the pool's time over the
+fresh allocations', and the most the pool kept. Writes results/numpy_scratch.json.
 
     python -m benchmarks.numpy_scratch
 """
@@ -45,9 +45,11 @@ SHAPES = [(2**12, 1, 0, False), (2**14, 1, 0, False), (2**16, 1, 0, False),
 DTYPES = ["float32", "float64", "complex64"]
 
 
-# The zero-phase filters' rows: (T, channels, time axis), float64.
+# The filters' rows: (T, channels, time axis), float64.
 FILTER_SHAPES = [(2**12, 1, 0), (2**16, 1, 0), (2**18, 1, 0), (2**20, 1, 0), (2**15, 8, -1),
-                 (2**15, 8, 0), (2**16, 8, -1), (2**17, 8, -1), (2**17, 8, 0)]
+                 (2**15, 8, 0), (2**16, 8, -1), (2**17, 8, -1), (2**17, 8, 0), (2**12, 64, 0),
+                 (2**14, 64, 0)]
+FILTERS = ("filtfilt", "sosfiltfilt", "lfilter", "sosfilt")
 
 
 def timed(functions: dict, repeats: int) -> dict:
@@ -90,9 +92,9 @@ def measure(length: int, channels: int, axis: int, constant: bool, dtype: str,
 
 
 def measure_filters(length: int, channels: int, axis: int, freed: bool) -> dict:
-    """The zero-phase filters' row, in a process of its own (after freeing 16 MiB where
-    ``freed``): `filtfilt` of a 4th-order Butterworth filter and `sosfiltfilt` of an
-    8th-order one, padded as SciPy pads."""
+    """The filters' row, in a process of its own (after freeing 16 MiB where ``freed``):
+    `filtfilt` and `lfilter` of a 4th-order Butterworth filter, and `sosfiltfilt` and
+    `sosfilt` of an 8th-order one, the zero-phase filters padded as SciPy pads."""
     import scipy.signal
 
     from cuscan import signal
@@ -103,13 +105,13 @@ def measure_filters(length: int, channels: int, axis: int, freed: bool) -> dict:
     b, a = scipy.signal.butter(4, 0.1)
     sos = scipy.signal.butter(8, 0.1, output="sos")
     repeats = 3 if length * channels >= 2**20 else 7
-    row = timed({"filtfilt": functools.partial(signal.filtfilt, b, a, x, axis=axis),
-                 "sosfiltfilt": functools.partial(signal.sosfiltfilt, sos, x, axis=axis)},
-                repeats)
-    for name, function in (("filtfilt", functools.partial(scipy.signal.filtfilt, b, a, x,
-                                                          axis=axis)),
-                           ("sosfiltfilt", functools.partial(scipy.signal.sosfiltfilt, sos, x,
-                                                             axis=axis))):
+    coefficients = {"filtfilt": (b, a), "sosfiltfilt": (sos,), "lfilter": (b, a),
+                    "sosfilt": (sos,)}
+    row = timed({name: functools.partial(getattr(signal, name), *coefficients[name], x,
+                                         axis=axis) for name in FILTERS}, repeats)
+    for name in FILTERS:
+        function = functools.partial(getattr(scipy.signal, name), *coefficients[name], x,
+                                     axis=axis)
         row[f"{name}_scipy_s"] = min(best_time(function, repeats) for _ in range(3))
     return row
 
@@ -126,10 +128,10 @@ def in_new_processes(function, *args) -> dict:
     return row
 
 
-def cells(row: dict, names) -> str:
+def cells(row: dict, names, width: int = 11) -> str:
     """Each of ``names``' fresh time (ms), and the pool's time over it, as a process starts
     and after it freed 16 MiB."""
-    return " ".join(f"{row[f'{name}_fresh_s'] * 1e3:11.3f} "
+    return " ".join(f"{row[f'{name}_fresh_s'] * 1e3:{width}.3f} "
                     f"{row[f'{name}_pool_s'] / row[f'{name}_fresh_s']:6.2f} "
                     f"{row[f'freed_{name}_pool_s'] / row[f'freed_{name}_fresh_s']:6.2f}"
                     for name in names)
@@ -150,21 +152,20 @@ def main() -> None:
                          **in_new_processes(measure, length, channels, axis, constant, dtype)})
             print(f"{length:>8} {channels:>3} {axis:>4} {'constant' if constant else 'varying':>8} "
                   f"{dtype:>10} " + cells(rows[-1], ("forward", "vjp")), flush=True)
-    print(f"\n{'T':>8} {'C':>3} {'axis':>4} {'filtfilt ms':>11} {'ratio':>6} {'freed':>6} "
-          f"{'sosfiltfilt':>11} {'ratio':>6} {'freed':>6}   pool over SciPy: filtfilt, "
-          "sosfiltfilt")
+    print(f"\n{'T':>8} {'C':>3} {'axis':>4} "
+          + " ".join(f"{name + ' ms':>15} {'ratio':>6} {'freed':>6}" for name in FILTERS)
+          + "   pool over SciPy: " + ", ".join(FILTERS))
     filters = []
     for length, channels, axis in FILTER_SHAPES:
         filters.append({"length": length, "channels": channels, "axis": axis,
                         **in_new_processes(measure_filters, length, channels, axis)})
         row = filters[-1]
-        print(f"{length:>8} {channels:>3} {axis:>4} "
-              + cells(row, ("filtfilt", "sosfiltfilt"))
+        print(f"{length:>8} {channels:>3} {axis:>4} " + cells(row, FILTERS, 15)
               + "".join(f" {row[f'{name}_pool_s'] / row[f'{name}_scipy_s']:8.2f}"
-                        for name in ("filtfilt", "sosfiltfilt")), flush=True)
+                        for name in FILTERS), flush=True)
     for prefix, label in (("", "as a process starts"), ("freed_", "after it freed 16 MiB")):
         for what, table, names in (("scans", rows, ("forward", "vjp")),
-                                   ("filters", filters, ("filtfilt", "sosfiltfilt"))):
+                                   ("filters", filters, FILTERS)):
             ratios = [r[f"{prefix}{name}_pool_s"] / r[f"{prefix}{name}_fresh_s"]
                       for r in table for name in names]
             print(f"{label}, {what}: the pool took {min(ratios):.2f} to {max(ratios):.2f} of "

@@ -149,16 +149,22 @@ def test_threads_share_the_pool(pool):
     assert pool.free
 
 
-def test_filters_with_every_temporary_pooled(pool, monkeypatch):
+@pytest.mark.parametrize("segments", [False, True])
+def test_filters_with_every_temporary_pooled(pool, monkeypatch, segments):
     """`cuscan.signal`'s temporaries from the pool (the padded signal and first pass of the
     zero-phase filters, the chunks' copies of signals whose steps lie apart or run
-    backward), with every one pooled and poisoned when given back: SciPy's results (the
-    signal itself through no sections), so no output or final state lives in a buffer
-    given back."""
+    backward, and their output rows before they are put back in the signal's layout; with
+    ``segments``, the copies of a segment of time at a time), with every one pooled and
+    poisoned when given back: SciPy's results (the signal itself through no sections), so
+    no output or final state lives in a buffer given back."""
     scipy_signal = pytest.importorskip("scipy.signal")
     from cuscan import signal
+    from cuscan.signal import _chunks
 
     monkeypatch.setattr(_scratch, "_MIN_POOLED", 1)
+    if segments:  # signals of more than 1,024 samples whose steps lie apart, in segments
+        monkeypatch.setattr(_chunks, "_SEGMENT_ELEMENTS", 512)
+        monkeypatch.setattr(_chunks, "_MIN_SEGMENT", 256)
     rng = np.random.default_rng(67)
     b, a = scipy_signal.butter(4, 0.1)
     sos = scipy_signal.butter(6, 0.2, output="sos")

@@ -427,19 +427,21 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     pieces = _segments(signal.shape, size) if apart else []
     if pieces:
         return _in_segments(sections, x, axis, zi, reverse, out, keep_state, pieces)
-    if not apart:
-        return _in_rows(sections, signal, axis, zi, reverse, out, keep_state, size, apart)
-    with Scratch() as scratch:  # steps apart, or reversed (filtfilt's second pass)
-        copy = _numpy_backend._copy(scratch.empty(signal.shape, np.float64), signal)
-        return _in_rows(sections, copy, axis, zi, reverse, out, keep_state, size, apart)
+    with Scratch() as scratch:
+        if apart:  # steps apart, or reversed (filtfilt's second pass)
+            signal = _numpy_backend._copy(scratch.empty(signal.shape, np.float64), signal)
+        return _in_rows(sections, signal, axis, zi, reverse, out, keep_state, size, apart,
+                        scratch)
 
 
 def _in_rows(sections: tuple, signal: np.ndarray, axis: int, zi, reverse: bool,
-             out: np.ndarray | None, keep_state: bool, size: int, apart: bool):
+             out: np.ndarray | None, keep_state: bool, size: int, apart: bool,
+             scratch: Scratch):
     """`cascade` in chunks of ``size`` over ``signal``, its input (time along ``axis``)
     with time moved last and adjacent samples (copied in tiles where its steps lie
     ``apart`` or backward; the output is then a new array in the input's row-major
-    order, or ``out``)."""
+    order, or ``out``). An output in time-major rows that is copied into the result
+    after is a temporary from ``scratch``."""
     width, count = sum(s.width for s in sections), len(sections)
     batch, length = signal.shape[:-1], signal.shape[-1]
     rows = math.prod(batch)
@@ -476,7 +478,13 @@ def _in_rows(sections: tuple, signal: np.ndarray, axis: int, zi, reverse: bool,
     _solve(ends, m.stages)
     if not np.isfinite(ends).all():
         return None
-    y = np.empty((rows, length)) if target is None else target
+    # The rows are copied into the result after where time is not the result's last axis.
+    copied = target is None and (out is not None or (
+        apart and length > 1 and math.prod(batch[axis % (len(batch) + 1):]) > 1))
+    if target is not None:
+        y = target
+    else:
+        y = scratch.empty((rows, length), np.float64) if copied else np.empty((rows, length))
     state = ends[:, :, -1]
     if reverse:
         _output(y[:, cut].reshape(rows, chunks, size), body, m.toeplitz.T,
@@ -493,7 +501,7 @@ def _in_rows(sections: tuple, signal: np.ndarray, axis: int, zi, reverse: bool,
         y = _moved(y.reshape(*batch, length), -1, axis)
         if out is not None:
             y = _numpy_backend._copy(out, y)
-        elif apart and not y.flags.c_contiguous:  # back in row-major order
+        elif copied or (apart and not y.flags.c_contiguous):  # back in row-major order
             y = _numpy_backend._copy(np.empty(y.shape), y)
     if zi is None and not keep_state:
         return y, None
@@ -651,18 +659,20 @@ def _in_segments(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
     y = np.empty(x.shape) if out is None else out
     ys = _moved(y, axis, -1)
     state = None if zi is None else _moved(zi, 1 + axis, -1)
-    buffers = np.empty((2, *signal.shape[:-1], max(b - a for a, b in pieces)))
-    for start, stop in reversed(pieces) if reverse else pieces:
-        piece, into = signal[..., start:stop], ys[..., start:stop]
-        if reverse:
-            piece, into = np.flip(piece, -1), np.flip(into, -1)
-        copy, result = buffers[..., :stop - start]
-        done = cascade(sections, _numpy_backend._copy(copy, piece), last, state, out=result,
-                       keep_state=True)
-        if not done:
-            return None
-        _numpy_backend._copy(into, result)
-        state = done[1]
+    shape = (*signal.shape[:-1], max(b - a for a, b in pieces))
+    with Scratch() as scratch:
+        buffers = scratch.empty(shape, np.float64), scratch.empty(shape, np.float64)
+        for start, stop in reversed(pieces) if reverse else pieces:
+            piece, into = signal[..., start:stop], ys[..., start:stop]
+            if reverse:
+                piece, into = np.flip(piece, -1), np.flip(into, -1)
+            copy, result = (buffer[..., :stop - start] for buffer in buffers)
+            done = cascade(sections, _numpy_backend._copy(copy, piece), last, state, out=result,
+                           keep_state=True)
+            if not done:
+                return None
+            _numpy_backend._copy(into, result)
+            state = done[1]
     if zi is None and not keep_state:
         return y, None
     return y, _moved(state, -1, 1 + axis)
