@@ -17,9 +17,10 @@ _MIN_POOLED to _MAX_POOLED bytes. Smaller arrays come from ``numpy.empty``, belo
 glibc's first threshold. The limits are glibc's own once a process has freed a block of
 32 MiB: its highest threshold, and twice that kept at the top of its heap. Below them,
 what glibc keeps depends on what the process freed before. As a process starts, a loop
-of `cuscan.signal.filtfilt` calls whose temporaries are 8 MiB each (one channel of 2^20
-samples, 8 of 131,072) takes 0.49 to 0.62 of the time with them pooled that it takes
-with them allocated afresh; with the pool's buffers at most 4 MiB, it took 0.95 to 1.07.
+of `cuscan.signal.filtfilt` or `sosfiltfilt` calls whose temporaries are 8 MiB each (one
+channel of 2^20 samples, 8 of 131,072) takes 0.57 to 0.63 of the time with them pooled
+that it takes with them allocated afresh; with the pool's buffers at most 4 MiB, it took
+0.95 to 1.07 (``benchmarks/numpy_scratch.py``).
 The pool keeps only what calls used, up to its limit. It is shared by all threads, under
 a lock; a buffer belongs to one scope at a time, so nothing taken from a scope may
 outlive it.
