@@ -818,8 +818,9 @@ def test_lfilter_chunks(chunk_runs):
     """`lfilter`, `filtfilt` and Gustafsson's `filtfilt` through the whole filter in chunks
     as matrix products on NumPy arrays: designs in (b, a) form, FIR filters, a state
     reaching past the first chunk, zi in SciPy's broadcast shapes and zf, any axis and
-    reversed views, float32 signals; declined for complex signals, orders above the
-    limit and non-finite samples, which the recurrences carry forward as SciPy does."""
+    reversed views, float32 and complex signals; declined for complex filters, orders
+    above the limit and non-finite samples, which the recurrences carry forward as SciPy
+    does."""
     ran = chunk_runs
     rng = np.random.default_rng(17)
     x = rng.standard_normal((2, 1000))
@@ -867,7 +868,7 @@ def test_lfilter_chunks(chunk_runs):
     for b, a, signal_x, runs in ((ss.firwin(66, 0.2), [1.0], x, []),  # order 65
                                  (ss.firwin(65, 0.2), [1.0], x, [True]),
                                  ([1.0, 0.5j], [1.0, -0.5], x, []),
-                                 ([1.0], [1.0, -0.5], x + 0j, [])):
+                                 ([1.0], [1.0, -0.5], x + 0j, [True])):
         ran.clear()
         result = signal.lfilter(b, a, signal_x)
         assert relative_error(result, ss.lfilter(b, a, signal_x)) <= 1e-12
@@ -887,6 +888,96 @@ def test_lfilter_chunks(chunk_runs):
             np.testing.assert_array_equal(np.isfinite(result), np.isfinite(expected))
             np.testing.assert_allclose(result[:at], expected[:at], rtol=1e-10,
                                        atol=1e-12 * np.max(np.abs(expected[:at]), initial=0))
+
+
+def test_complex_signals_in_chunks(chunk_runs, monkeypatch):
+    """A complex signal through a real filter runs in chunks as its real and imaginary
+    parts side by side (`_chunks.pairs`): `lfilter` from rest, a real zi and a complex one
+    (zf too; each in single precision too), `sosfilt` with a complex zi, `filtfilt`
+    (either method) and `sosfiltfilt`, along any axis and on reversed views, as SciPy
+    gives them; complex64 signals computed in double precision and rounded once. Short
+    blocks of a stream, called again and again, are one product with the filter's
+    matrices, and agree too (no stream keeps their run: a stream's takes real arrays)."""
+    ran = chunk_runs
+    rng = np.random.default_rng(38)
+    b, a = ss.cheby1(4, 1, 0.1)
+    sos = ss.butter(6, 0.15, output="sos")
+    for shape, axis in (((1031,), 0), ((3, 1031), -1), ((2, 257, 3), 1), ((257, 4), 0)):
+        for flip in (False, True):
+            x = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
+            x = np.flip(x, axis) if flip else x
+            state = (*shape[:axis % len(shape)], 4, *shape[axis % len(shape) + 1:])
+            real_zi = rng.standard_normal(state)
+            complex_zi = real_zi + 1j * rng.standard_normal(state)
+            sos_zi = rng.standard_normal((3, *state[:axis % len(shape)], 2,
+                                          *state[axis % len(shape) + 1:])) * (1 - 2j)
+            ran.clear()
+            got = signal.lfilter(b, a, x, axis=axis)
+            assert relative_error(got, ss.lfilter(b, a, x, axis=axis)) <= 1e-12, shape
+            assert got.dtype == np.complex128
+            for zi in (real_zi, complex_zi, complex_zi.astype(np.complex64),
+                       real_zi.astype(np.float32)):
+                for got, want in zip(signal.lfilter(b, a, x, axis=axis, zi=zi),
+                                     ss.lfilter(b, a, x, axis=axis, zi=zi), strict=True):
+                    assert relative_error(got, want) <= 1e-11, (shape, axis, flip)
+            for got, want in zip(signal.sosfilt(sos, x, axis=axis, zi=sos_zi),
+                                 ss.sosfilt(sos, x, axis=axis, zi=sos_zi), strict=True):
+                assert relative_error(got, want) <= 1e-11, (shape, axis, flip)
+            for method in ("pad", "gust"):
+                got = signal.filtfilt(b, a, x, axis=axis, method=method)
+                want = ss.filtfilt(b, a, x, axis=axis, method=method)
+                assert relative_error(got, want) <= 1e-11, (shape, axis, method)
+            got = signal.sosfiltfilt(sos, x, axis=axis)
+            assert relative_error(got, ss.sosfiltfilt(sos, x, axis=axis)) <= 1e-11, shape
+            assert ran, (shape, axis, flip)
+            assert all(ran), (shape, axis, flip, ran)
+            single = signal.lfilter(b, a, x.astype(np.complex64), axis=axis)
+            assert single.dtype == np.complex64
+            assert relative_error(single, ss.lfilter(b, a, x.astype(np.complex64).astype(
+                np.complex128), axis=axis)) <= 4 * np.finfo(np.float32).eps, shape
+    monkeypatch.setattr(_chunks, "_DIRECT_LENGTH", DIRECT_LENGTH)
+    monkeypatch.setattr(_stream, "_STREAMS_KEPT", 64)
+    monkeypatch.setattr(_stream, "_streams", {})
+    zi = rng.standard_normal((2, 4)) * (1 + 1j)
+    for _ in range(2 + _chunks._DIRECT_AFTER):
+        x = rng.standard_normal((2, 100)) + 1j * rng.standard_normal((2, 100))
+        ran.clear()
+        y, zi_next = signal.lfilter(b, a, x, zi=zi)
+        want, want_zf = ss.lfilter(b, a, x, zi=zi)
+        assert relative_error(y, want) <= 1e-11
+        assert relative_error(zi_next, want_zf) <= 1e-11
+        zi = zi_next
+    assert ran == [True]
+    assert any(isinstance(kept, tuple) for kept in _chunks._direct_kept.values())  # built
+    assert not _stream._streams
+
+
+def test_complex_filters(chunk_runs):
+    """Complex filters (sections, and `(b, a)`) on real and complex signals, along any axis
+    and on reversed views: SciPy's results, from the stages' recurrences (never the chunks,
+    which take real filters alone)."""
+    ran = chunk_runs
+    rng = np.random.default_rng(39)
+    sos = ss.butter(4, 0.1, output="sos").astype(complex)
+    sos[0, :3] *= 1 + 0.5j
+    b, a = ss.butter(3, 0.2)
+    b = b * (1 - 0.25j)
+    for shape, axis in (((300,), 0), ((2, 300), -1), ((300, 3), 0)):
+        for flip in (False, True):
+            x = rng.standard_normal(shape)
+            x = np.flip(x, axis) if flip else x
+            for v in (x, x + 1j * np.flip(x, axis)):
+                ran.clear()
+                for ours, theirs in ((signal.sosfilt, ss.sosfilt),
+                                     (signal.sosfiltfilt, ss.sosfiltfilt)):
+                    got, want = ours(sos, v, axis=axis), theirs(sos, v, axis=axis)
+                    assert got.dtype == np.complex128
+                    assert relative_error(got, want) <= 1e-12, (ours.__name__, shape, axis)
+                for ours, theirs in ((signal.lfilter, ss.lfilter),
+                                     (signal.filtfilt, ss.filtfilt)):
+                    got, want = ours(b, a, v, axis=axis), theirs(b, a, v, axis=axis)
+                    assert relative_error(got, want) <= 1e-12, (ours.__name__, shape, axis)
+                assert not any(ran), (shape, axis, ran)
 
 
 def test_sosfilt_in_blocks_equals_whole(backend):
@@ -1003,12 +1094,11 @@ def test_single_precision_gustafsson_in_blocks(small_blocks, shape, axis, irlen)
                                        **options)
             small_blocks.clear()
             result = signal.filtfilt(b, a, x, **options)
-            if not complex_:  # (complex signals run the stages' recurrences, not the chunks)
-                assert small_blocks, options
-                if irlen == 800:
-                    assert max(small_blocks) == 1531, options
-                else:
-                    assert max(small_blocks) <= 300, options
+            assert small_blocks, options
+            if irlen == 800:
+                assert max(small_blocks) == 1531, options
+            else:
+                assert max(small_blocks) <= 300, options
             assert result.dtype == x.dtype
             np.testing.assert_allclose(
                 result, expected.astype(x.dtype), rtol=0,

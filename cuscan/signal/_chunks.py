@@ -140,6 +140,16 @@ _VECTOR_ROWS = 3
 _FEW_ROWS_SIDE = 128
 
 
+def pairs(x):
+    """A complex128 NumPy array ``x`` as float64 with a last axis of 2, its real and
+    imaginary parts (a view, in any layout); anything else as it is."""
+    if type(x) is not np.ndarray or x.dtype != np.complex128:
+        return x
+    parts = x.real
+    return np.lib.stride_tricks.as_strided(parts, (*x.shape, 2), (*parts.strides, 8),
+                                           writeable=x.flags.writeable)
+
+
 def applies(x, axis: int, sections: int | None = None, order: int = 2) -> bool:
     """Whether a cascade of ``sections`` second-order sections, or one filter of ``order``
     (as many sections as it would make, where ``sections`` is None), runs here: on a

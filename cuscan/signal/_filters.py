@@ -272,11 +272,13 @@ def _in_blocks(run, ns, x, axis: int, zi, work: np.dtype, out: np.dtype, order: 
         np.moveaxis(state, -1, len(head) + axis).astype(out))
 
 
-def _on_chunks(ns, x, axis: int, zi=None, **size) -> tuple | None:
+def _on_chunks(ns, x, axis: int, zi=None, real: bool = True, **size) -> tuple | None:
     """NumPy views of ``x`` and ``zi`` (`numpy_views`) where a filter of that ``size``
-    (`_chunks.applies`' arguments) runs on them in chunks, else None."""
+    (`_chunks.applies`' arguments) runs on them in chunks (where it is ``real``, a complex
+    signal too, as its two parts: `_chunks.pairs`), else None."""
     views = ns.numpy_views(x, zi)
-    if views is None or not _chunks.applies(views[0], axis, **size):
+    if views is None or not _chunks.applies(_chunks.pairs(views[0]) if real else views[0],
+                                            axis % x.ndim, **size):
         return None
     return views
 
@@ -293,10 +295,10 @@ def _on_host(ns, x, axis: int, zi, **size) -> bool:
         and _chunks.fits(shape, ns.strides(x), ns.itemsize(x), axis, **size)
 
 
-def _keep(ns, **size):
-    """`_time_major`'s ``keep`` for a filter of that ``size``: whether it runs in chunks
-    on the signal as it is laid out (as `_OnHost` too)."""
-    return lambda x, axis: (_on_chunks(ns, x, axis, **size) is not None
+def _keep(ns, real: bool, **size):
+    """`_time_major`'s ``keep`` for a filter of that ``size``, ``real`` or not: whether it
+    runs in chunks on the signal as it is laid out (as `_OnHost` too)."""
+    return lambda x, axis: (_on_chunks(ns, x, axis, real=real, **size) is not None
                             or _on_host(ns, x, axis, None, **size))
 
 
@@ -640,10 +642,23 @@ def _in_chunks(ns, x, axis: int, zi, design: tuple[bytes, ...], out=None) -> tup
     (`_chunks.short`) is one product with the filter's matrices for its length
     (`_chunks.product`, built from its recurrences). Tensors a trace or autodiff may
     record run it as a linear map (`_OnHost`) where `_on_host` (with zi and x packed into
-    one signal, where `_state_maps` has its matrices)."""
+    one signal, where `_state_maps` has its matrices). A complex128 NumPy signal (through
+    a real filter: linear, and real) runs as its real and imaginary parts side by side, a
+    real signal with a last axis of 2 (`_chunks.pairs`), the output written into the
+    complex result's parts (a real zi's imaginary parts zero); a stream does not keep its
+    run (`_stream`), which takes real arrays."""
     f = _OnHost(design, axis - x.ndim)
     size = f.size
     views = ns.numpy_views(x, zi)
+    result = None
+    if views is not None and views[0].dtype == np.complex128:
+        result = np.empty(views[0].shape, np.complex128)
+        state = views[1]
+        if state is not None:
+            state = _chunks.pairs(np.asarray(state, np.complex128)) if np.iscomplexobj(
+                state) else np.stack([np.asarray(state, np.float64), np.zeros(state.shape)],
+                                     axis=-1)
+        views, out, axis = (_chunks.pairs(views[0]), state), _chunks.pairs(result), axis % x.ndim
     run, given = None, {}
     if views is not None and _chunks.applies(views[0], axis, **size):
         run, shape = functools.partial(_chunks.cascade, f.steps()), views[0].shape
@@ -668,8 +683,13 @@ def _in_chunks(ns, x, axis: int, zi, design: tuple[bytes, ...], out=None) -> tup
                **given)
     if done is None:
         return None
-    _stream._note(run, axis, shape)
     y, zf = done
+    if result is not None:
+        if y is not out:  # a product: a new array
+            out[...] = y
+        y, zf = result, None if zf is None else zf[..., 0] + 1j * zf[..., 1]
+    else:
+        _stream._note(run, axis, shape)
     return ns.from_numpy(y), None if zf is None else ns.from_numpy(zf)
 
 
@@ -927,7 +947,8 @@ def _lfilter(b, a, x, axis: int, zi):
     work, out = _dtypes(ns, x, b, a, state=zi)
 
     def run(ns, x, axis, zi):
-        x, time, inward, outward = _time_major(ns, x, axis, keep=_keep(ns, order=order))
+        x, time, inward, outward = _time_major(
+            ns, x, axis, keep=_keep(ns, _design(b, a) is not None, order=order))
         y, zf = _chunked(b, a, ns, x, time, None if zi is None else inward(zi))
         return outward(y), None if zf is None else outward(zf)
 
@@ -1013,7 +1034,8 @@ def _sosfilt(sos, x, axis: int, zi):
     work, out = _dtypes(ns, x, sos, state=zi)
 
     def run(ns, x, axis, zi):
-        x, time, inward, outward = _time_major(ns, x, axis, keep=_keep(ns, sections=len(sos)))
+        x, time, inward, outward = _time_major(
+            ns, x, axis, keep=_keep(ns, not np.iscomplexobj(sos), sections=len(sos)))
         y, zf = _cascade(sos, ns, x, time, None if zi is None else inward(zi, lead=1))
         return outward(y), None if zf is None else outward(zf, lead=1)
 
@@ -1026,7 +1048,8 @@ def _cascade(sos: np.ndarray, ns, x, axis: int, zi, chunks: bool = True, out=Non
     they run, unless not ``chunks``, which may write y into ``out``: `_in_chunks`);
     returns y and the stacked zf (None without zi)."""
     design = sos.tobytes()
-    done = _in_chunks(ns, x, axis, zi, (design,), out) if chunks else None
+    real = not np.iscomplexobj(sos)  # a complex cascade never runs in chunks
+    done = _in_chunks(ns, x, axis, zi, (design,), out) if chunks and real else None
     if done is not None:
         return done
     y, finals = x, []

@@ -311,7 +311,9 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
             done = _gustafsson_in_blocks(b, a, ns, x, axis, irlen, work, out)
         if done is not None:
             return done
-        x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis, keep=_keep(ns, order=order))
+        x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
+                                          keep=_keep(ns, _design(b, a) is not None,
+                                                     order=order))
         if method == "gust":
             return outward(ns.cast(_gustafsson(b, a, ns, x, axis, irlen), out))
 
@@ -544,7 +546,8 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
         if done is not None:
             return done
         x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
-                                          keep=_keep(ns, sections=len(sos)))
+                                          keep=_keep(ns, not np.iscomplexobj(sos),
+                                                     sections=len(sos)))
 
         def run(x, zi, out=None):
             return _cascade(sos, ns, x, axis, zi, out=out)
