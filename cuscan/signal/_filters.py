@@ -916,15 +916,16 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
     partial-fraction (parallel) form over all poles, the cascade stays
     accurate for close or repeated poles. The poles are the roots of `a` to
     working precision (refined in exact arithmetic up to order 128), and the
-    stages run in an order that keeps the intermediate signal small. On real
-    NumPy signals of at least 16 samples and filters up to order 64 (and
-    real CPU tensors, differentiated too, with or without `zi`) the whole
-    filter runs chunk by chunk as matrix products instead, its states
-    in the same forms solved as recurrences over the chunks (docs/signal.md);
-    a short block filtered again with the same length, as a stream's blocks
-    are, is one product with the filter's matrix for that length. The same
-    call on NumPy arrays again (a stream's next block) runs as the last one
-    did, in chunks or as one product, without the checks around it.
+    stages run in an order that keeps the intermediate signal small. Real
+    filters up to order 64 on NumPy signals of at least 16 samples (a complex
+    one as its real and imaginary parts side by side) and on real CPU
+    tensors (differentiated too, with or without `zi`) run chunk by chunk
+    as matrix products instead, their states in the same forms solved as
+    recurrences over the chunks (docs/signal.md); a short block filtered
+    again with the same length, as a stream's blocks are, is one product
+    with the filter's matrix for that length. The same call on real NumPy
+    arrays again (a stream's next block) runs as the last one did, in chunks
+    or as one product, without the checks around it.
     The coefficients of a high-order design rounded to double precision can
     describe a different filter from the one designed, even an unstable one,
     whatever computes it: prefer `sosfilt` for designs above order 4 or so.
@@ -1002,15 +1003,16 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
     Each section runs as first-order linear recurrences, parallel over time:
     a conjugate pair as one complex recurrence straight on the section's
     input (partial fractions), any other section as its numerator (a
-    three-tap moving sum) and a recurrence per real pole; see `lfilter`. On
-    NumPy arrays of at least 16 samples (and real CPU tensors, differentiated
-    too, with or without `zi`) the whole cascade runs chunk by chunk as
-    matrix products instead, its states in the same forms solved as
-    recurrences over the chunks (docs/signal.md); a short block filtered
-    again with the same length, as a stream's blocks are, is one product
-    with the cascade's matrix for that length. The same call on NumPy arrays
-    again (a stream's next block) runs as the last one did, in chunks or as
-    one product, without the checks around it. Accuracy against
+    three-tap moving sum) and a recurrence per real pole; see `lfilter`. A
+    real cascade on NumPy arrays of at least 16 samples (a complex signal as
+    its real and imaginary parts side by side) and on real CPU tensors
+    (differentiated too, with or without `zi`) runs chunk by chunk as matrix
+    products instead, its states in the same forms solved as recurrences
+    over the chunks (docs/signal.md); a short block filtered again with the
+    same length, as a stream's blocks are, is one product with the cascade's
+    matrix for that length. The same call on real NumPy arrays again (a
+    stream's next block) runs as the last one did, in chunks or as one
+    product, without the checks around it. Accuracy against
     ``scipy.signal.sosfilt`` on standard designs (Butterworth, Chebyshev I
     and II, elliptic, Bessel; orders 1 to 12; low-, high-, band-pass and
     band-stop): maximum error over the signal's RMS below 1e-8 in float64
