@@ -424,8 +424,8 @@ class _OnHost:
         if not self.steady:
             return None
         coefficients = self._coefficients
-        steady = sosfilt_zi(*coefficients) if len(coefficients) == 1 \
-            else lfilter_zi(*coefficients)[None]
+        steady = _sections_steady_state(*coefficients) if len(coefficients) == 1 \
+            else _steady_state(*coefficients)[None]
         return _steady_start(ns, steady, x, axis)
 
     def _on_numpy(self, signal: np.ndarray, axis: int, zi=None, backward: bool = False,
@@ -1110,7 +1110,11 @@ def lfilter_zi(b: ArrayLike, a: ArrayLike) -> np.ndarray:
     >>> y
     array([2., 2.])
     """
-    b, a = _normalized(b, a)
+    return _steady_state(*_normalized(b, a))
+
+
+def _steady_state(b: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """`lfilter_zi` of a normalised filter (`_normalized`)."""
     order = max(a.size, b.size) - 1
     if order == 0:
         return np.zeros(0)
@@ -1132,11 +1136,15 @@ def sosfilt_zi(sos: ArrayLike) -> np.ndarray:
 
     Returns ``(n_sections, 2)``; scale by the first sample as for `lfilter_zi`.
     """
-    sos = _sections(sos)
+    return _sections_steady_state(_sections(sos))
+
+
+def _sections_steady_state(sos: np.ndarray) -> np.ndarray:
+    """`sosfilt_zi` of checked sections (`_sections`)."""
     states, scale = [], 1.0
     for row in sos:
-        b, a = _normalized(row[:3], row[3:])
-        states.append(lfilter_zi(b, a) * scale)
+        b, a = row[:3] / row[3], row[3:] / row[3]
+        states.append(_steady_state(b, a) * scale)
         scale *= b.sum() / a.sum()
     return np.array(states).reshape(len(sos), 2)
 

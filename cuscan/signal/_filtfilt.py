@@ -29,12 +29,12 @@ from cuscan.signal._filters import (
     _on_host,
     _OnHost,
     _sections,
+    _sections_steady_state,
     _signal,
     _sizes_when_run,
     _steady_start,
+    _steady_state,
     _time_major,
-    lfilter_zi,
-    sosfilt_zi,
 )
 
 
@@ -304,9 +304,10 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
     edge = _edge(x, axis, padtype, padlen, order + 1) if method == "pad" else irlen
 
     def whole(ns, x, axis: int, work, out):
+        steady = _steady_state(b, a) if method == "pad" else None
         if method == "pad":
             done = _in_blocks(lambda x, zi: _chunked(b, a, _NUMPY, x, x.ndim - 1, zi),
-                              lfilter_zi(b, a), ns, x, axis, padtype, edge, work, out)
+                              steady, ns, x, axis, padtype, edge, work, out)
         else:
             done = _gustafsson_in_blocks(b, a, ns, x, axis, irlen, work, out)
         if done is not None:
@@ -320,7 +321,7 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
         def run(x, zi, out=None):
             return _chunked(b, a, ns, x, axis, zi, out)
 
-        y = _forward_backward(run, lfilter_zi(b, a), _design(b, a), ns, x, axis, padtype, edge,
+        y = _forward_backward(run, steady, _design(b, a), ns, x, axis, padtype, edge,
                               order=order)
         return outward(ns.cast(y, out))
 
@@ -541,8 +542,9 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
     edge = _edge(x, axis, padtype, padlen, int(taps))
 
     def whole(ns, x, axis: int, work, out):
+        steady = _sections_steady_state(sos)
         done = _in_blocks(lambda x, zi: _cascade(sos, _NUMPY, x, x.ndim - 1, zi),
-                          sosfilt_zi(sos), ns, x, axis, padtype, edge, work, out)
+                          steady, ns, x, axis, padtype, edge, work, out)
         if done is not None:
             return done
         x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
@@ -552,8 +554,8 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
         def run(x, zi, out=None):
             return _cascade(sos, ns, x, axis, zi, out=out)
 
-        y = _forward_backward(run, sosfilt_zi(sos), (sos.tobytes(),), ns, x, axis, padtype,
-                              edge, sections=len(sos))
+        y = _forward_backward(run, steady, (sos.tobytes(),), ns, x, axis, padtype, edge,
+                              sections=len(sos))
         return outward(ns.cast(y, out))
 
     key = ("sosfiltfilt", padtype, edge, sos.dtype.str, sos.tobytes())
