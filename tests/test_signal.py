@@ -1656,7 +1656,8 @@ def test_ema_alpha_out_of_range(backend, alpha):
 
 
 def test_stateless_filters_with_zi(backend):
-    """A pure gain (order 0) and a cascade of no sections have empty states."""
+    """A pure gain (order 0) and a cascade of no sections have empty states; the latter's
+    output is the signal, in an array of its own."""
     x = np.arange(5.0)
     y, zf = signal.lfilter([2.0], [1.0], backend.asarray(x), zi=backend.asarray(np.zeros(0)))
     np.testing.assert_array_equal(backend.to_numpy(y), 2 * x)
@@ -1665,6 +1666,8 @@ def test_stateless_filters_with_zi(backend):
                            zi=backend.asarray(np.zeros((0, 2))))
     np.testing.assert_array_equal(backend.to_numpy(y), x)
     assert backend.to_numpy(zf).shape == (0, 2)
+    y = signal.sosfilt(np.zeros((0, 6)), x)
+    assert not np.shares_memory(y, x)  # an array of its own, as every filter's output
 
 
 def test_complex_state_of_a_real_signal(backend):

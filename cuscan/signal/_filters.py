@@ -1054,6 +1054,8 @@ def _cascade(sos: np.ndarray, ns, x, axis: int, zi, chunks: bool = True, out=Non
     done = _in_chunks(ns, x, axis, zi, (design,), out) if chunks and real else None
     if done is not None:
         return done
+    if not len(sos):  # the signal itself, in an array of its own (zi is empty)
+        return x * 1, zi
     y, finals = x, []
     for s, row in enumerate(sos):
         b, a = _normalized(row[:3], row[3:])
@@ -1061,7 +1063,7 @@ def _cascade(sos: np.ndarray, ns, x, axis: int, zi, chunks: bool = True, out=Non
         finals.append(zf)
     if zi is None:
         return y, None
-    return y, ns.stack(finals) if finals else zi  # no sections: zi is empty
+    return y, ns.stack(finals)
 
 
 @functools.lru_cache(maxsize=64)
