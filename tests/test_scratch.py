@@ -152,11 +152,11 @@ def test_threads_share_the_pool(pool):
 @pytest.mark.parametrize("segments", [False, True])
 def test_filters_with_every_temporary_pooled(pool, monkeypatch, segments):
     """`cuscan.signal`'s temporaries from the pool (the padded signal and first pass of the
-    zero-phase filters, the chunks' copies of signals whose steps lie apart or run
-    backward, and their output rows before they are put back in the signal's layout; with
-    ``segments``, the copies of a segment of time at a time), with every one pooled and
-    poisoned when given back: SciPy's results (the signal itself through no sections), so
-    no output or final state lives in a buffer given back."""
+    zero-phase filters, three of Gustafsson's four passes, the chunks' copies of signals
+    whose steps lie apart or run backward, and their output rows before they are put back
+    in the signal's layout; with ``segments``, the copies of a segment of time at a time),
+    with every one pooled and poisoned when given back: SciPy's results (the signal itself
+    through no sections), so no output or final state lives in a buffer given back."""
     scipy_signal = pytest.importorskip("scipy.signal")
     from cuscan import signal
     from cuscan.signal import _chunks
@@ -176,6 +176,9 @@ def test_filters_with_every_temporary_pooled(pool, monkeypatch, segments):
                 want = scipy_signal.filtfilt(b, a, view, axis=axis, padtype=padtype,
                                              padlen=padlen)
                 assert reference.relative_error(got, want) <= 1e-10, (shape, padtype)
+            got = signal.filtfilt(b, a, view, axis=axis, method="gust")
+            want = scipy_signal.filtfilt(b, a, view, axis=axis, method="gust")
+            assert reference.relative_error(got, want) <= 1e-10, shape
             got = signal.sosfiltfilt(sos, view, axis=axis)
             want = scipy_signal.sosfiltfilt(sos, view, axis=axis)
             assert reference.relative_error(got, want) <= 1e-10, shape

@@ -330,16 +330,19 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
 def _gustafsson(b: np.ndarray, a: np.ndarray, ns, x, axis: int, irlen: int | None):
     """Zero-phase filtering with the initial states of F. Gustafsson, "Determining the
     initial states in forward-backward filtering", IEEE Trans. Signal Processing 44(4),
-    1996, fitted over ``irlen`` samples at each end (all of them if None)."""
+    1996, fitted over ``irlen`` samples at each end (all of them if None). On a float64
+    NumPy signal, the passes but the one that gives the result write into temporaries
+    from `Scratch`."""
     order = max(a.size, b.size) - 1
     if order == 0:  # a pure gain, applied twice
         return x * (b[0] * b[0]).item()
 
-    def forward(v):
-        return _chunked(b, a, ns, v, axis, None)[0]
+    def forward(v, out=None):
+        return _chunked(b, a, ns, v, axis, None, out)[0]
 
-    def backward(v):
-        return ns.flip(forward(ns.flip(v, axis)), axis)
+    def backward(v, out=None):
+        return ns.flip(forward(ns.flip(v, axis), None if out is None else ns.flip(out, axis)),
+                       axis)
 
     length = x.shape[axis]
     if irlen is None:  # where the response to a state has decayed to rounding, if it does
@@ -348,8 +351,25 @@ def _gustafsson(b: np.ndarray, a: np.ndarray, ns, x, axis: int, irlen: int | Non
     fit, effect = _gustafsson_operators(b, a, span, whole=span == length)
     if ns.kind(x) == "c":  # a complex signal through a real filter: torch and TF mix no dtypes
         fit, effect = fit.astype(complex), effect.astype(complex)
-    y = backward(forward(x))  # from zero states
-    mismatch = forward(backward(x)) - y
+    with Scratch() as scratch:
+        pooled = type(x) is np.ndarray and x.dtype == np.float64
+        first, second = ((scratch.like(x, np.float64), scratch.like(x, np.float64)) if pooled
+                         else (None, None))
+        y = backward(forward(x, first))  # from zero states
+        mismatch = forward(backward(x, second), first)
+        if pooled:
+            mismatch -= y
+        else:
+            mismatch = mismatch - y
+        return _gustafsson_corrected(ns, y, mismatch, fit, effect, axis, span)
+
+
+def _gustafsson_corrected(ns, y, mismatch, fit: np.ndarray, effect: np.ndarray, axis: int,
+                          span: int):
+    """Gustafsson's result: ``y``, both passes from zero states, with the states fitted to
+    the ``mismatch`` of the passes the other way round over ``span`` samples at each end
+    (`_gustafsson_operators`' ``fit``) applied (``effect``); never a view of ``mismatch``."""
+    length = y.shape[axis]
     if span == length:
         return y + ns.apply_along(effect, ns.apply_along(fit, mismatch, axis), axis)
     head, tail = _along(y, axis, slice(0, span)), _along(y, axis, slice(length - span, length))
