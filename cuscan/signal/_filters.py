@@ -946,10 +946,10 @@ def _lfilter(b, a, x, axis: int, zi):
     order = max(a.size, b.size) - 1
     zi = _state(ns, zi, x, axis, order)
     work, out = _dtypes(ns, x, b, a, state=zi)
+    real = _design(b, a) is not None
 
     def run(ns, x, axis, zi):
-        x, time, inward, outward = _time_major(
-            ns, x, axis, keep=_keep(ns, _design(b, a) is not None, order=order))
+        x, time, inward, outward = _time_major(ns, x, axis, keep=_keep(ns, real, order=order))
         y, zf = _chunked(b, a, ns, x, time, None if zi is None else inward(zi))
         return outward(y), None if zf is None else outward(zf)
 
@@ -1034,10 +1034,11 @@ def _sosfilt(sos, x, axis: int, zi):
     ns, x, axis = _signal(x, axis, zi)
     zi = _state(ns, zi, x, axis, 2, sections=sos.shape[0])
     work, out = _dtypes(ns, x, sos, state=zi)
+    real = not np.iscomplexobj(sos)
 
     def run(ns, x, axis, zi):
-        x, time, inward, outward = _time_major(
-            ns, x, axis, keep=_keep(ns, not np.iscomplexobj(sos), sections=len(sos)))
+        x, time, inward, outward = _time_major(ns, x, axis,
+                                               keep=_keep(ns, real, sections=len(sos)))
         y, zf = _cascade(sos, ns, x, time, None if zi is None else inward(zi, lead=1))
         return outward(y), None if zf is None else outward(zf, lead=1)
 

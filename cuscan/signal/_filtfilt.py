@@ -310,17 +310,16 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
             done = _gustafsson_in_blocks(b, a, ns, x, axis, irlen, work, out)
         if done is not None:
             return done
+        design = _design(b, a)
         x, axis, _, outward = _time_major(ns, ns.cast(x, work), axis,
-                                          keep=_keep(ns, _design(b, a) is not None,
-                                                     order=order))
+                                          keep=_keep(ns, design is not None, order=order))
         if method == "gust":
             return outward(ns.cast(_gustafsson(b, a, ns, x, axis, irlen), out))
 
         def run(x, zi, out=None):
             return _chunked(b, a, ns, x, axis, zi, out)
 
-        y = _forward_backward(run, steady, _design(b, a), ns, x, axis, padtype, edge,
-                              order=order)
+        y = _forward_backward(run, steady, design, ns, x, axis, padtype, edge, order=order)
         return outward(ns.cast(y, out))
 
     key = ("filtfilt", method, padtype, edge, b.dtype.str, b.tobytes(), a.dtype.str, a.tobytes())
