@@ -87,16 +87,19 @@ def chunk_runs(monkeypatch):
 
 @pytest.mark.parametrize("decay", [0.93, -0.5, 0.95 * np.exp(0.3j), 1e-300j, 0j, 0.0])
 def test_chunk_scan(monkeypatch, decay):
-    """The chunks' recurrences: as products in blocks (nested: 4 ** 3 < 97 chunks) and by
-    `linear_recurrence`, against a loop, for real and complex decays (whose powers are
-    cached apart where the values compare equal, as 0.0 and 0j do)."""
+    """The chunks' recurrences: as one product (up to 4 chunks, or 8 on up to 16 rows), as
+    products in blocks (nested: 4 ** 3 < 97 chunks) and by `linear_recurrence`, against a
+    loop, for real and complex decays (whose powers are cached apart where the values
+    compare equal, as 0.0 and 0j do); a pair of poles' real and imaginary parts as
+    `_solve` scans them, one real product where the chunks are few."""
     from cuscan.signal import _chunks
 
     monkeypatch.setattr(_chunks, "_SCAN_BLOCK", 4)
     rng = np.random.default_rng(17)
     for elements in (0, 10**6):
         monkeypatch.setattr(_chunks, "_MATRIX_SCAN_ELEMENTS", elements)
-        for rows, chunks in [(0, 5), (3, 0), (1, 1), (2, 4), (3, 5), (2, 17), (1, 97)]:
+        for rows, chunks in [(0, 5), (3, 0), (1, 1), (2, 4), (3, 5), (16, 8), (17, 8), (2, 9),
+                             (2, 17), (1, 97)]:
             v = rng.standard_normal((rows, chunks)) * (1 + 1j if isinstance(decay, complex)
                                                        else 1)
             expected = v.copy()
@@ -106,6 +109,11 @@ def test_chunk_scan(monkeypatch, decay):
             assert result.dtype == v.dtype
             assert result.shape == v.shape
             np.testing.assert_allclose(result, expected, rtol=1e-13, atol=1e-13)
+            if isinstance(decay, complex):
+                ends = np.stack([v.real, v.imag], axis=1)
+                _chunks._solve(ends, [(0, 2, None, decay)])
+                np.testing.assert_allclose(ends[:, 0] + 1j * ends[:, 1], expected, rtol=1e-13,
+                                           atol=1e-13)
 
 
 def test_sosfilt_chunks(chunk_runs):
@@ -165,6 +173,31 @@ def test_sosfilt_chunks(chunk_runs):
             assert ran == [False]
             np.testing.assert_array_equal(np.isfinite(result), np.isfinite(expected))
             np.testing.assert_allclose(result[:at], expected[:at], rtol=1e-10)
+
+
+def test_zero_phase_chunks_carry_what_is_not_finite(chunk_runs):
+    """`filtfilt` and `sosfiltfilt` on NumPy signals run both passes straight in chunks;
+    where a sample is not finite, the first pass declines and both run the recurrences,
+    which carry it as SciPy does, the other channels unchanged."""
+    ran = chunk_runs
+    b, a = ss.butter(4, 0.1)
+    sos = ss.butter(4, 0.1, output="sos")
+    x = np.random.default_rng(42).standard_normal((2, 1000))
+    for at in (0, 500, 999):
+        for bad in (np.nan, np.inf):
+            y = x.copy()
+            y[0, at] = bad
+            for mine, scipy_ in ((partial(signal.filtfilt, b, a), partial(ss.filtfilt, b, a)),
+                                 (partial(signal.sosfiltfilt, sos),
+                                  partial(ss.sosfiltfilt, sos))):
+                ran.clear()
+                assert relative_error(mine(x), scipy_(x)) <= 1e-12
+                assert ran == [True, True]
+                ran.clear()
+                result, expected = mine(y), scipy_(y)
+                assert ran[0] is False
+                np.testing.assert_array_equal(np.isfinite(result), np.isfinite(expected))
+                assert relative_error(result[1], expected[1]) <= 1e-12
 
 
 def test_chunks_short_signals(chunk_runs):
@@ -874,6 +907,10 @@ def test_lfilter_chunks(chunk_runs):
         assert relative_error(result, ss.lfilter(b, a, signal_x)) <= 1e-12
         assert ran == runs, (len(b), ran)
     assert signal.lfilter(b, a, np.zeros((0, 500))).shape == (0, 500)
+    pairs = ss.butter(4, 0.1)  # pairs of poles, whose chunk-level scans are real products
+    for empty in (partial(signal.lfilter, *pairs), partial(signal.filtfilt, *pairs),
+                  partial(signal.sosfiltfilt, ss.butter(4, 0.1, output="sos"))):
+        assert empty(np.zeros((0, 500))).shape == (0, 500)
     x = rng.standard_normal(1000)
     for at in (0, 500, 999):
         for bad in (np.nan, np.inf):
@@ -1828,6 +1865,25 @@ def test_filtfilt_matches_scipy(backend, b, a, padtype, padlen):
     result = backend.to_numpy(signal.filtfilt(b, a, backend.asarray(x), padtype=padtype,
                                               padlen=padlen))
     np.testing.assert_allclose(result, expected, rtol=1e-10, atol=1e-12)
+
+
+def test_padding_into_scratch():
+    """A NumPy signal's padding, written into a pooled array, is the padding the frameworks'
+    signals get (by flips and a concatenation): every padtype and length, along every axis,
+    on reversed views, up to one sample short of the signal."""
+    from cuscan._scratch import Scratch
+    from cuscan.signal._filters import _NUMPY
+
+    rng = np.random.default_rng(41)
+    for shape, axis in (((20,), 0), ((5, 7), 1), ((7, 5), 0), ((3, 4, 9), 1), ((3, 4, 9), 2)):
+        x = rng.standard_normal(shape)
+        for signal_x in (x, np.flip(x)):
+            for padtype in ("odd", "even", "constant"):
+                for edge in range(1, shape[axis]):
+                    expected = _filtfilt._padded(_NUMPY, signal_x, axis, padtype, edge)
+                    with Scratch() as scratch:
+                        padded = _filtfilt._padded(_NUMPY, signal_x, axis, padtype, edge, scratch)
+                        np.testing.assert_array_equal(padded, expected)
 
 
 def gustafsson(b, a, x):

@@ -93,6 +93,11 @@ _BLOCK_ELEMENTS = 16384
 # against 276, and 512 x 1,024 6.0 ms against 5.3; 8 x 262,144 took 26 ms against 20.
 _SCAN_BLOCK = 32
 _MATRIX_SCAN_ELEMENTS = 16384
+# Up to _FEW_SCAN_ROWS rows of up to twice _SCAN_BLOCK chunks are one product all the same,
+# without the blocks' dozen operations: 64 chunks of a pair of poles (as a real product,
+# `_pair_powers`) took 3 to 15 us on 1 to 16 rows where the blocks took 9 to 18 us, and 54
+# on 64 rows against 44.
+_FEW_SCAN_ROWS = 16
 # A signal of at most _DIRECT_LENGTH samples per channel is filtered as one product with
 # the cascade's matrices for its length (`_direct`), after _DIRECT_AFTER calls with that
 # filter and length (blocks of a stream), where its channels x length ** 2 multiply-adds
@@ -361,6 +366,12 @@ def _solve(ends: np.ndarray, stages) -> None:
         if decay == 0:  # a numerator's memory
             continue
         if size == 2:
+            pair = ends[:, first:first + 2]  # (batch, real and imaginary parts, chunks)
+            if _one_product(len(pair), pair.shape[-1]):  # a real one
+                ends[:, first:first + 2] = times(pair.reshape(len(pair), 2 * pair.shape[-1]),
+                                                 _pair_powers(decay, pair.shape[-1])
+                                                 ).reshape(pair.shape)
+                continue
             v = _scan(decay, ends[:, first] + 1j * ends[:, first + 1])
             ends[:, first], ends[:, first + 1] = v.real, v.imag
         else:
@@ -381,8 +392,8 @@ def _powers_scan(decay, v: np.ndarray) -> np.ndarray:
     powers of ``decay``; their end states scanned in turn over the blocks (``decay **
     _SCAN_BLOCK``), and each block's start state then carried into it."""
     rows, count = v.shape
-    if count <= _SCAN_BLOCK:
-        return v @ _powers(decay, count)
+    if _one_product(rows, count):
+        return times(v, _powers(decay, count))
     blocks = -(-count // _SCAN_BLOCK)
     padded = np.zeros((rows, blocks * _SCAN_BLOCK), v.dtype)
     padded[:, :count] = v
@@ -391,6 +402,21 @@ def _powers_scan(decay, v: np.ndarray) -> np.ndarray:
     starts = _powers_scan(decay ** _SCAN_BLOCK, w[:, :-1, -1])
     w[:, 1:] += starts[:, :, None] * (decay * powers[0])
     return w.reshape(rows, blocks * _SCAN_BLOCK)[:, :count]
+
+
+def _one_product(rows: int, count: int) -> bool:
+    """Whether a chunk-level recurrence over ``count`` chunks of ``rows`` is one product
+    with its decay's powers (see _FEW_SCAN_ROWS)."""
+    return count <= _SCAN_BLOCK or (count <= 2 * _SCAN_BLOCK and rows <= _FEW_SCAN_ROWS)
+
+
+@functools.lru_cache(maxsize=256)
+def _pair_powers(decay: complex, count: int) -> np.ndarray:
+    """`_powers` of a complex ``decay`` as a real ``(2 count, 2 count)`` matrix: the real
+    parts of a row of values, then their imaginary parts, times it are those of their
+    recurrence with ``decay`` from rest."""
+    powers = _powers(decay, count)
+    return np.block([[powers.real, powers.imag], [-powers.imag, powers.real]])
 
 
 @functools.lru_cache(maxsize=256, typed=True)  # typed: 0.0 == 0j, but not their powers
@@ -402,9 +428,11 @@ def _powers(decay, count: int) -> np.ndarray:
 
 
 def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False,
-            out: np.ndarray | None = None, keep_state: bool = False, direct: bool = True):
+            out: np.ndarray | None = None, keep_state: bool | None = None,
+            direct: bool = True):
     """The ``sections`` (`Section`) over ``x`` (see `applies`) along ``axis``, from SciPy's
-    ``zi`` or rest; returns ``(y, zf)`` (zf None without zi unless ``keep_state``), or
+    ``zi`` or rest; returns ``(y, zf)`` (zf where ``keep_state``, or where it is None,
+    where zi is given; else None), or
     None where a sample or a state is not finite: the sections' recurrences then carry
     infinities and NaN forward as SciPy does, where the products would spread them over
     their chunk.
@@ -420,6 +448,8 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     if reverse and zi is not None:
         raise ValueError("a cascade runs backward in time from rest only")
     length = x.shape[axis]
+    if keep_state is None:
+        keep_state = zi is not None
     if direct and not (reverse and keep_state) \
             and _takes_product(length, sum(s.order for s in sections), x.size):
         matrices = _direct((sections, length), reverse, functools.partial(
@@ -513,7 +543,7 @@ def _in_rows(sections: tuple, signal: np.ndarray, axis: int, zi, reverse: bool,
             y = _numpy_backend._copy(out, y)
         elif copied or (apart and not y.flags.c_contiguous):  # back in row-major order
             y = _numpy_backend._copy(np.empty(y.shape), y)
-    if zi is None and not keep_state:
+    if not keep_state:
         return y, None
     if rest:
         state = state @ m.moved[rest - 1] + tail @ _ends(m.after, rest)
@@ -602,7 +632,8 @@ def product(key: tuple, x: np.ndarray, axis: int, zi, build):
     ``build()`` in `unit_matrices`' layout): ``(y, zf)`` as `cascade` returns them, or
     None where the matrices are not built yet or a sample or state is not finite."""
     matrices = _direct(key, False, build)
-    return None if matrices is None else _product(matrices, x, axis, zi, False, None, False)
+    return None if matrices is None else _product(matrices, x, axis, zi, False, None,
+                                                  zi is not None)
 
 
 def _product(matrices: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
@@ -631,7 +662,7 @@ def _product(matrices: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
         y = _numpy_backend._copy(out, y)
     elif not y.flags.c_contiguous:
         y = np.ascontiguousarray(y)
-    if zi is None and not keep_state:
+    if not keep_state:
         return y, None
     zf = (signal @ finals[inputs]).reshape(rows, count, n // count).transpose(1, 0, 2)
     return y, np.ascontiguousarray(_moved(zf.reshape(count, *batch, n // count), -1, 1 + axis))
@@ -683,7 +714,7 @@ def _in_segments(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
                 return None
             _numpy_backend._copy(into, result)
             state = done[1]
-    if zi is None and not keep_state:
+    if not keep_state:
         return y, None
     return y, _moved(state, -1, 1 + axis)
 

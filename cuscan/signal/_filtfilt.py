@@ -61,10 +61,12 @@ def _edge(x, axis: int, padtype, padlen, taps: int) -> int:
 
 def _padded(ns, x, axis: int, padtype, edge: int, scratch: Scratch | None = None):
     """``x`` extended by ``edge`` samples at both ends as SciPy's filtfilt does (for a NumPy
-    ``x``, into an array from ``scratch`` where given)."""
+    ``x``, into an array from ``scratch`` where given: `_padded_into`)."""
     if edge == 0:
         return x
     length = x.shape[axis]
+    if scratch is not None:
+        return _padded_into(x, axis, padtype, edge, scratch)
     first = x[_along(x, axis, slice(0, 1))]
     last = x[_along(x, axis, slice(length - 1, length))]
     if padtype == "constant":
@@ -75,12 +77,33 @@ def _padded(ns, x, axis: int, padtype, edge: int, scratch: Scratch | None = None
         after = ns.flip(x[_along(x, axis, slice(length - 1 - edge, length - 1))], axis)
         if padtype == "odd":  # and negated about the end's value
             before, after = 2 * first - before, 2 * last - after
-    if scratch is None:
-        return ns.concat([before, x, after], axis)
+    return ns.concat([before, x, after], axis)
+
+
+def _padded_into(x: np.ndarray, axis: int, padtype, edge: int, scratch: Scratch) -> np.ndarray:
+    """`_padded` for a NumPy ``x`` (``edge`` > 0), written into an array from ``scratch``
+    (without the flipped copies and the concatenation)."""
     axis %= x.ndim
+    length = x.shape[axis]
     shape = (*x.shape[:axis], length + 2 * edge, *x.shape[axis + 1:])
-    into = scratch.empty(shape, np.result_type(before, x, after))
-    return np.concatenate([before, x, after], axis=axis, out=into)
+    into = scratch.empty(shape, x.dtype)
+    into[_along(into, axis, slice(edge, edge + length))] = x
+    # Per end: where its padding goes, its sample, and the ``edge`` samples next to it
+    # from the nearest (samples edge to 1, and length - 2 down to length - 1 - edge, the
+    # first sample included where edge is length - 1).
+    stop = length - 2 - edge
+    ends = ((slice(0, edge), slice(0, 1), slice(edge, 0, -1)),
+            (slice(edge + length, None), slice(length - 1, length),
+             slice(length - 2, stop if stop >= 0 else None, -1)))
+    for at, end, mirrored in ends:
+        part, end = into[_along(into, axis, at)], x[_along(x, axis, end)]
+        if padtype == "constant":
+            part[...] = end
+        elif padtype == "even":
+            part[...] = x[_along(x, axis, mirrored)]
+        else:  # odd: negated about the end's value
+            np.subtract(2 * end, x[_along(x, axis, mirrored)], out=part)
+    return into
 
 
 # `filtfilt` and `sosfiltfilt` over a signal on the CPU of at most _ZERO_PHASE_LENGTH samples
@@ -151,16 +174,21 @@ def _forward_backward(run, steady: np.ndarray, design: tuple[bytes, ...] | None,
     the steady state where `_on_host` (each pass is linear in its signal, the state
     included), the second backward in time on the signal as it lies (``flipped``). On
     NumPy arrays, the padded signal and the first pass's output (``run(x, zi, out)``) are
-    temporaries from `Scratch`."""
+    temporaries from `Scratch`; float64 ones in chunks run both passes straight through
+    the chunks (`_passes_in_chunks`)."""
     numpy = type(x) is np.ndarray
     with Scratch() as scratch:
         x = _padded(ns, x, axis, padtype, edge, scratch if numpy else None)
         length = x.shape[axis]
-        if design is not None and _on_chunks(ns, x, axis, **size) is None \
+        y = None
+        if numpy and x.dtype == np.float64 and design is not None \
+                and _chunks.applies(x, axis, **size):
+            y = _passes_in_chunks(_OnHost(design, -1).steps(), steady, x, axis, scratch)
+        if y is None and design is not None and _on_chunks(ns, x, axis, **size) is None \
                 and _on_host(ns, x, axis, None, **size):
             f = _OnHost(design, axis - x.ndim, steady=True)
             y = ns.linear_on_host(ns.linear_on_host(x, f), dataclasses.replace(f, flipped=True))
-        else:
+        elif y is None:
             # (where time is last: the chunks write there in place)
             first = scratch.empty(x.shape, x.dtype) if numpy and x.dtype == np.float64 \
                 and axis % x.ndim == x.ndim - 1 else None
@@ -169,6 +197,29 @@ def _forward_backward(run, steady: np.ndarray, design: tuple[bytes, ...] | None,
             y, _ = run(y, _steady_start(ns, steady, y, axis))
             y = ns.flip(y, axis)
     return y[_along(y, axis, slice(edge, length - edge))]
+
+
+def _passes_in_chunks(sections: tuple, steady: np.ndarray, x: np.ndarray, axis: int,
+                      scratch: Scratch) -> np.ndarray | None:
+    """`_forward_backward`'s two passes over a padded float64 NumPy signal ``x`` that
+    `_chunks.applies` to, straight through `_chunks.cascade` (the filter's ``sections``),
+    without the zf each pass leaves: the result, flipped back in time, or None where a
+    sample or state is not finite (the passes then run as SciPy's carry it). The first
+    pass's output is a temporary from ``scratch``."""
+    axis %= x.ndim
+    shape = [1] * (x.ndim + 1)
+    shape[0], shape[1 + axis] = steady.size // steady.shape[-1], steady.shape[-1]
+    steady = steady.reshape(shape)  # stacked by filter, laid out along the time axis
+    first = x[_along(x, axis, slice(0, 1))]
+    done = _chunks.cascade(sections, x, axis, steady * first, keep_state=False,
+                           out=scratch.empty(x.shape, np.float64) if axis == x.ndim - 1
+                           else None)
+    if done is None:
+        return None
+    y = np.flip(done[0], axis)
+    done = _chunks.cascade(sections, y, axis, steady * y[_along(y, axis, slice(0, 1))],
+                           keep_state=False)
+    return None if done is None else np.flip(done[0], axis)
 
 
 def _in_blocks(run, steady: np.ndarray, ns, x, axis: int, padtype, edge: int, work, out):
