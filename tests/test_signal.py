@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import warnings
 from functools import partial
 
@@ -152,9 +153,10 @@ def test_sosfilt_chunks(chunk_runs):
                 assert relative_error(result, want) <= 1e-12, (shape, axis)
             assert ran == [True] * 3, (shape, ran)
     one = ss.butter(2, 0.01, output="sos")  # one section: the shorter chunks
-    for shape, axis, runs in (((1000,), 0, True), ((300, 64), 0, True), ((300, 65), 0, False),
-                              ((65, 300), -1, True)):
-        x = rng.standard_normal(shape)
+    # (the last: 65 time-major channels, not adjacent, would be copied to adjacent samples)
+    for shape, axis, runs in (((1000,), 0, True), ((300, 64), 0, True), ((300, 65), 0, True),
+                              ((65, 300), -1, True), ((300, 130), 0, False)):
+        x = rng.standard_normal(shape) if runs else np.ones(shape)[:, ::2]
         ran.clear()
         result = signal.sosfilt(one, x, axis=axis)
         assert relative_error(result, ss.sosfilt(one, x, axis=axis)) <= 1e-12
@@ -173,6 +175,79 @@ def test_sosfilt_chunks(chunk_runs):
             assert ran == [False]
             np.testing.assert_array_equal(np.isfinite(result), np.isfinite(expected))
             np.testing.assert_allclose(result[:at], expected[:at], rtol=1e-10)
+
+
+def test_time_major_chunks(monkeypatch, chunk_runs):
+    """Time-major signals of at least _MIN_COLUMNS adjacent channels run in chunks as they
+    lie (`_chunks._in_columns`): `lfilter` (orders 4 and a FIR filter whose zi spans two
+    chunks of 16) and `sosfilt` with and without zi, `filtfilt` and `sosfiltfilt`, on
+    (T, C) along axis 0, (B, T, C) along axis 1 and channels over two axes, forward and
+    reversed in time, in segments of time, against SciPy; the cascade backward in time
+    (`_OnHost`'s transposed map) against the flipped signal's; a non-finite sample falls
+    back to the recurrences; fewer channels, or channels not adjacent, are copied to
+    adjacent samples instead."""
+    ran = chunk_runs
+    columns = []
+    in_columns = _chunks._in_columns
+
+    def spy(*args):
+        columns.append(args[1].shape)
+        return in_columns(*args)
+
+    monkeypatch.setattr(_chunks, "_in_columns", spy)
+    rng = np.random.default_rng(43)
+    ba, fir, sos = ss.butter(4, 0.1), (ss.firwin(20, 0.2), [1.0]), ss.butter(8, 0.1,
+                                                                             output="sos")
+    for shape, axis, segment in (((300, 24), 0, None), ((3, 1031, 40), 1, None),
+                                 ((257, 4, 8), 0, None), ((5000, 30), 0, 10**4)):
+        monkeypatch.setattr(_chunks, "_SEGMENT_ELEMENTS", segment or 1 << 21)
+        monkeypatch.setattr(_chunks, "_MIN_SEGMENT", 100 if segment else 4096)
+        x = rng.standard_normal(shape)
+        for signal_x in (x, np.flip(x, axis)):
+            for (b, a), order in ((ba, 4), (fir, 19)):
+                zi = rng.standard_normal((*shape[:axis], order, *shape[axis + 1:]))
+                columns.clear()
+                y, zf = signal.lfilter(b, a, signal_x, axis=axis, zi=zi)
+                want, want_zf = ss.lfilter(b, a, signal_x, axis=axis, zi=zi)
+                assert relative_error(y, want) <= 1e-10, (shape, order)  # SciPy's (b, a)
+                assert relative_error(zf, want_zf) <= 1e-10, (shape, order)
+                assert y.flags.c_contiguous
+                assert columns
+                assert all(c[2] == math.prod(shape[axis + 1:]) for c in columns)
+            zi = rng.standard_normal((len(sos), *shape[:axis], 2, *shape[axis + 1:]))
+            columns.clear()
+            for result, want in ((signal.sosfilt(sos, signal_x, axis=axis, zi=zi),
+                                  ss.sosfilt(sos, signal_x, axis=axis, zi=zi)),
+                                 (signal.sosfilt(sos, signal_x, axis=axis),
+                                  ss.sosfilt(sos, signal_x, axis=axis)),
+                                 (signal.filtfilt(*ba, signal_x, axis=axis),
+                                  ss.filtfilt(*ba, signal_x, axis=axis)),
+                                 (signal.sosfiltfilt(sos, signal_x, axis=axis),
+                                  ss.sosfiltfilt(sos, signal_x, axis=axis))):
+                for got, expected in zip(*(v if isinstance(v, tuple) else (v,)
+                                           for v in (result, want)), strict=True):
+                    assert relative_error(got, expected) <= 1e-10, shape
+            assert len(columns) >= 6 * (1 + (segment is not None)), shape
+    steps = _filters._section_steps(sos.tobytes(), len(sos))
+    x = rng.standard_normal((300, 32))
+    out = np.empty_like(x)
+    y, zf = _chunks.cascade(steps, x, 0, None, reverse=True, out=out, keep_state=True)
+    want, want_zf = ss.sosfilt(sos, x[::-1], axis=0, zi=np.zeros((len(sos), 2, 32)))
+    assert y is out
+    assert relative_error(y, want[::-1]) <= 1e-12
+    assert relative_error(zf, want_zf) <= 1e-12
+    x[150, 3] = np.nan
+    ran.clear()
+    y = signal.sosfilt(sos, x, axis=0)
+    assert ran == [False]
+    np.testing.assert_array_equal(np.isfinite(y), np.isfinite(ss.sosfilt(sos, x, axis=0)))
+    for x in (rng.standard_normal((300, 23)), rng.standard_normal((300, 60))[:, ::2]):
+        columns.clear()
+        ran.clear()
+        assert relative_error(signal.sosfilt(sos, x, axis=0), ss.sosfilt(sos, x, axis=0)) \
+            <= 1e-12
+        assert ran == [True]
+        assert not columns
 
 
 def test_zero_phase_chunks_carry_what_is_not_finite(chunk_runs):

@@ -75,6 +75,10 @@ _WIDE = np.longdouble
 # apart (such as (T, C) along axis 0) runs faster as its own recurrences over
 # time-major steps than copied (benchmarks/sosfilt_chunks.py).
 _MAX_APART_WIDTH = 64
+# A time-major signal of at least _MIN_COLUMNS adjacent channels, such as (T, C) along axis
+# 0, runs in chunks as it lies, each chunk a block of samples by channels (`_in_columns`),
+# rather than copied to adjacent samples and back in tiles.
+_MIN_COLUMNS = 24
 # A signal whose steps lie apart (a strided or reversed view of one channel too), of
 # more than twice _SEGMENT_ELEMENTS samples, is copied to adjacent samples, filtered
 # and copied back a segment of time of about _SEGMENT_ELEMENTS samples (all channels)
@@ -167,16 +171,19 @@ def fits(shape: tuple, strides: tuple, itemsize: int, axis: int,
          sections: int | None = None, order: int = 2) -> bool:
     """Whether a filter (`applies`' ``sections`` or ``order``) runs in chunks on an array of
     that layout (byte ``strides``): with enough samples along ``axis``, for an order up to
-    _MAX_ORDER, and unless a step's samples lie apart (copied to adjacent ones and back)
-    in more than _MAX_APART_WIDTH channels for a single section. Enough samples: at
+    _MAX_ORDER, and unless a step's samples lie apart (copied to adjacent ones and back:
+    not `_columns`) in more than _MAX_APART_WIDTH channels for a single section. Enough
+    samples: at
     least _MIN_LENGTH, and chunks of _MIN_CHUNK over the ``order`` samples SciPy's zi
     enters (`cascade`)."""
     if sections is None:
         sections = (order + 1) // 2
     if not sections or order > _MAX_ORDER:
         return False
+    axis %= len(shape)
     length, size = shape[axis], math.prod(shape)
-    apart = abs(strides[axis]) != itemsize and size > length
+    apart = abs(strides[axis]) != itemsize and size > length \
+        and _column_strides(shape, strides, itemsize, axis) is None
     return length >= max(_MIN_LENGTH, _MIN_CHUNK * -(-order // _MIN_CHUNK)) and not (
         apart and sections == 1 and size > _MAX_APART_WIDTH * length)
 
@@ -437,7 +444,9 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
     infinities and NaN forward as SciPy does, where the products would spread them over
     their chunk.
     ``y`` is ``out`` where given (float64, ``x``'s shape, written in place where its
-    samples follow one another in time, else in tiles at the end), else a new array.
+    samples follow one another in time, else in tiles at the end), else a new array. A
+    time-major signal of at least _MIN_COLUMNS adjacent channels runs as it lies
+    (`_by_columns`), its output written in place where ``out`` lies alike.
 
     Where ``reverse``, the cascade runs from rest (no ``zi``) backward in time, as on the
     flipped signal with the output flipped back, without those copies: the chunks are
@@ -464,6 +473,15 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
         size = min(size, _MIN_CHUNK)
     signal = _moved(x, axis, -1)
     apart = signal.strides[-1] != signal.itemsize
+    columns = _columns(x, axis) if apart else None
+    if columns is not None and reverse:  # forward over the signal flipped, flipped back
+        done = _by_columns(sections, np.flip(x, axis), columns[:, ::-1], axis, None,
+                           None if out is None else np.flip(out, axis), keep_state, size)
+        if done is None:
+            return None
+        return np.flip(done[0], axis) if out is None else out, done[1]
+    if columns is not None:
+        return _by_columns(sections, x, columns, axis, zi, out, keep_state, size)
     pieces = _segments(signal.shape, size) if apart else []
     if pieces:
         return _in_segments(sections, x, axis, zi, reverse, out, keep_state, pieces)
@@ -717,6 +735,166 @@ def _in_segments(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
     if not keep_state:
         return y, None
     return y, _moved(state, -1, 1 + axis)
+
+
+def _columns(v: np.ndarray, axis: int, least: int = _MIN_COLUMNS) -> np.ndarray | None:
+    """``v`` as a ``(batch, time, channels)`` view (`_column_strides`), or None."""
+    axis %= v.ndim
+    strides = _column_strides(v.shape, v.strides, v.itemsize, axis, least)
+    if strides is None:
+        return None
+    return np.lib.stride_tricks.as_strided(
+        v, (math.prod(v.shape[:axis]), v.shape[axis], math.prod(v.shape[axis + 1:])),
+        strides, writeable=v.flags.writeable)
+
+
+def _column_strides(shape: tuple, strides: tuple, itemsize: int, axis: int,
+                    least: int = _MIN_COLUMNS) -> tuple[int, int, int] | None:
+    """The strides of an array of that layout as ``(batch, time, channels)``, the axes
+    before and after ``axis`` (not negative) each merged into one, where its channels
+    are adjacent and at least ``least``, and its time's steps (forward or backward) hold
+    them apart; else None."""
+    channels = math.prod(shape[axis + 1:])
+    if channels < least:
+        return None
+    merged = []
+    for axes in (range(axis), range(axis + 1, len(shape))):
+        stride, step = None, None  # the merged axis' stride; the next axis out's
+        for k in reversed(axes):
+            if shape[k] == 1:
+                continue
+            if step is not None and strides[k] != step:
+                return None
+            stride = strides[k] if stride is None else stride
+            step = strides[k] * shape[k]
+        merged.append(stride or 0)
+    (batch, inner), time = merged, strides[axis]
+    if inner != itemsize or abs(time) < channels * itemsize:
+        return None
+    return batch, time, inner
+
+
+def _in_columns(sections: tuple, signal: np.ndarray, zi, out: np.ndarray, keep_state: bool,
+                size: int):
+    """`_in_rows` on a time-major ``signal`` ``(batch, time, channels)``, its channels
+    adjacent and its steps forward in time, as it lies: each chunk a ``(size, channels)``
+    block, its end states and output products with the transposed matrices, the chunks'
+    end states solved over the chunks as time-major recurrences (`_solve_columns`); the
+    output written into ``out``, a view of the same layout. From ``zi`` ``(sections,
+    batch, order, channels)`` or rest; returns the final state in zi's layout where
+    ``keep_state`` (else None), or False where a sample or a state is not finite."""
+    width, count = sum(s.width for s in sections), len(sections)
+    batch, length, channels = signal.shape
+    m = _matrices(sections, size)
+    chunks, rest = divmod(length, size)
+    stop = chunks * size
+    body = signal[:, :stop].reshape(batch, chunks, size, channels)
+    tail = signal[:, stop:]
+    # (batch, chunks, width, channels), each chunk's sum below its end states
+    ends = m.sums @ body
+    if not (np.isfinite(ends).all() and np.isfinite(tail).all()):
+        return False
+    ends = ends[:, :, :width]
+    if zi is not None:  # as in `_in_rows`, zi enters the first samples as units injected
+        order = zi.shape[2]
+        spans = -(-order // size)
+        injected = np.zeros((count, batch, spans * size, channels))
+        injected[:, :, :order] = zi
+        injected = injected.reshape(count, batch, spans, size, channels).transpose(
+            1, 2, 0, 3, 4).reshape(batch, spans, count * size, channels)
+        if not np.isfinite(injected).all():
+            return False
+        ends[:, :spans] += m.injected_ends.T @ injected
+    _solve_columns(ends, m.stages)
+    if not np.isfinite(ends).all():
+        return False
+    outputs = out[:, :stop].reshape(batch, chunks, size, channels)
+    toeplitz, free = m.toeplitz.T, m.free.T
+    step = max(1, _BLOCK_ELEMENTS // (size * channels))  # chunks per block, as `_output`
+    group = max(1, step // chunks)  # batch rows per block, where a row's chunks fit in one
+    for row in range(0, batch, group):
+        them = slice(row, row + group)
+        for first in range(0, chunks, step):
+            last = min(first + step, chunks)
+            np.matmul(toeplitz, body[them, first:last], out=outputs[them, first:last])
+            first = max(first, 1)
+            if first < last:
+                outputs[them, first:last] += free @ ends[them, first - 1:last - 1]
+    if zi is not None:
+        out[:, :spans * size] += (m.injected.T @ injected).reshape(batch, spans * size,
+                                                                  channels)
+    state = ends[:, -1]  # (batch, width, channels)
+    out[:, stop:] = m.toeplitz[:rest, :rest].T @ tail + m.free[:, :rest].T @ state
+    if not keep_state:
+        return None
+    if rest:
+        state = m.moved[rest - 1].T @ state + _ends(m.after, rest).T @ tail
+    return np.stack([final.T @ state[:, s.offset:s.offset + s.width]
+                     for s, final in zip(sections, m.final, strict=True)])
+
+
+def _solve_columns(ends: np.ndarray, stages) -> None:
+    """`_solve` on the chunks' end states ``(batch, chunks, width, channels)``: each stage's
+    recurrence over the chunks runs along them, the channels adjacent (`_scan_columns`)."""
+    for first, size, coupling, decay in stages:
+        if coupling is not None:
+            ends[:, 1:, first:first + size] += coupling @ ends[:, :-1, :first]
+        if decay == 0:
+            continue
+        if size == 2:
+            v = _scan_columns(decay, ends[:, :, first] + 1j * ends[:, :, first + 1])
+            ends[:, :, first], ends[:, :, first + 1] = v.real, v.imag
+        else:
+            ends[:, :, first] = _scan_columns(decay, ends[:, :, first])
+
+
+def _scan_columns(decay, v: np.ndarray) -> np.ndarray:
+    """``v[:, k] += decay * v[:, k - 1]`` over the chunks of ``v`` (batch, chunks,
+    channels): up to twice _SCAN_BLOCK chunks as a product with the powers of ``decay``,
+    otherwise by `linear_recurrence` along them."""
+    if v.shape[1] <= 2 * _SCAN_BLOCK:
+        return _powers(decay, v.shape[1]).T @ v
+    return linear_recurrence(decay, v, axis=1)
+
+
+def _by_columns(sections: tuple, x: np.ndarray, signal: np.ndarray, axis: int, zi,
+                out: np.ndarray | None, keep_state: bool, size: int):
+    """`cascade` over ``x``, time-major (its `_columns` view ``signal``), in chunks of
+    ``size`` as they lie (`_in_columns`), a segment of time of about _SEGMENT_ELEMENTS
+    samples at a time where it is longer than twice that (each from the state the one
+    before left), each copied forward in time first where it runs backward; the output
+    in ``out`` (where its view holds the channels adjacent, else copied there at the end)
+    or a new array in ``x``'s row-major order."""
+    axis %= x.ndim
+    batch, length, channels = signal.shape
+    count = len(sections)
+    y = out if out is not None and _columns(out, axis, channels) is not None \
+        and out.strides[axis] > 0 else np.empty(x.shape)
+    target = _columns(y, axis, channels)
+    state = None
+    if zi is not None:  # stacked by section, laid out as x with its order along axis
+        state = np.ascontiguousarray(zi, np.float64).reshape(count, batch, zi.shape[1 + axis],
+                                                             channels)
+    pieces = _segments((batch * channels, length), size) or [(0, length)]
+    with Scratch() as scratch:
+        backward = signal.strides[1] < 0  # reversed in time: copied forward, a step at once
+        copy = scratch.empty((batch, max(b - a for a, b in pieces), channels),
+                             np.float64) if backward else None
+        for start, stop in pieces:
+            piece = signal[:, start:stop]
+            if backward:
+                piece = copy[:, :stop - start]
+                np.copyto(piece, signal[:, start:stop])
+            done = _in_columns(sections, piece, state, target[:, start:stop],
+                               keep_state or stop < length, size)
+            if done is False:
+                return None
+            state = done
+    if y is not out and out is not None:
+        y = _numpy_backend._copy(out, y)
+    if not keep_state:
+        return y, None
+    return y, state.reshape(count, *x.shape[:axis], state.shape[2], *x.shape[axis + 1:])
 
 
 def _rows(v: np.ndarray, rows: int, length: int) -> np.ndarray | None:
