@@ -737,7 +737,7 @@ def _in_segments(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
     return y, _moved(state, -1, 1 + axis)
 
 
-def _columns(v: np.ndarray, axis: int, least: int = _MIN_COLUMNS) -> np.ndarray | None:
+def _columns(v: np.ndarray, axis: int, least: int | None = None) -> np.ndarray | None:
     """``v`` as a ``(batch, time, channels)`` view (`_column_strides`), or None."""
     axis %= v.ndim
     strides = _column_strides(v.shape, v.strides, v.itemsize, axis, least)
@@ -749,13 +749,13 @@ def _columns(v: np.ndarray, axis: int, least: int = _MIN_COLUMNS) -> np.ndarray 
 
 
 def _column_strides(shape: tuple, strides: tuple, itemsize: int, axis: int,
-                    least: int = _MIN_COLUMNS) -> tuple[int, int, int] | None:
+                    least: int | None = None) -> tuple[int, int, int] | None:
     """The strides of an array of that layout as ``(batch, time, channels)``, the axes
     before and after ``axis`` (not negative) each merged into one, where its channels
-    are adjacent and at least ``least``, and its time's steps (forward or backward) hold
-    them apart; else None."""
+    are adjacent and at least ``least`` (_MIN_COLUMNS), and its time's steps (forward or
+    backward) hold them apart; else None."""
     channels = math.prod(shape[axis + 1:])
-    if channels < least:
+    if channels < (_MIN_COLUMNS if least is None else least):
         return None
     merged = []
     for axes in (range(axis), range(axis + 1, len(shape))):
