@@ -212,8 +212,7 @@ def _passes_in_chunks(sections: tuple, steady: np.ndarray, x: np.ndarray, axis: 
     steady = steady.reshape(shape)  # stacked by filter, laid out along the time axis
     first = x[_along(x, axis, slice(0, 1))]
     done = _chunks.cascade(sections, x, axis, steady * first, keep_state=False,
-                           out=scratch.empty(x.shape, np.float64) if axis == x.ndim - 1
-                           else None)
+                           out=scratch.empty(x.shape, np.float64))
     if done is None:
         return None
     y = np.flip(done[0], axis)
