@@ -173,9 +173,8 @@ def fits(shape: tuple, strides: tuple, itemsize: int, axis: int,
     that layout (byte ``strides``): with enough samples along ``axis``, for an order up to
     _MAX_ORDER, and unless a step's samples lie apart (copied to adjacent ones and back:
     not `_columns`) in more than _MAX_APART_WIDTH channels for a single section. Enough
-    samples: at
-    least _MIN_LENGTH, and chunks of _MIN_CHUNK over the ``order`` samples SciPy's zi
-    enters (`cascade`)."""
+    samples: at least _MIN_LENGTH, and chunks of _MIN_CHUNK over the ``order`` samples
+    SciPy's zi enters (`cascade`)."""
     if sections is None:
         sections = (order + 1) // 2
     if not sections or order > _MAX_ORDER:
@@ -439,10 +438,9 @@ def cascade(sections: tuple, x: np.ndarray, axis: int, zi, reverse: bool = False
             direct: bool = True):
     """The ``sections`` (`Section`) over ``x`` (see `applies`) along ``axis``, from SciPy's
     ``zi`` or rest; returns ``(y, zf)`` (zf where ``keep_state``, or where it is None,
-    where zi is given; else None), or
-    None where a sample or a state is not finite: the sections' recurrences then carry
-    infinities and NaN forward as SciPy does, where the products would spread them over
-    their chunk.
+    where zi is given; else None), or None where a sample or a state is not finite: the
+    sections' recurrences then carry infinities and NaN forward as SciPy does, where the
+    products would spread them over their chunk.
     ``y`` is ``out`` where given (float64, ``x``'s shape, written in place where its
     samples follow one another in time, else in tiles at the end), else a new array. A
     time-major signal of at least _MIN_COLUMNS adjacent channels runs as it lies
