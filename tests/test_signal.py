@@ -180,9 +180,10 @@ def test_sosfilt_chunks(chunk_runs):
 def test_time_major_chunks(monkeypatch, chunk_runs):
     """Time-major signals of at least _MIN_COLUMNS adjacent channels run in chunks as they
     lie (`_chunks._in_columns`): `lfilter` (orders 4 and a FIR filter whose zi spans two
-    chunks of 16) and `sosfilt` with and without zi, `filtfilt` and `sosfiltfilt`, on
-    (T, C) along axis 0, (B, T, C) along axis 1 and channels over two axes, forward and
-    reversed in time, in segments of time, against SciPy; the cascade backward in time
+    chunks of 16 on 100 samples) and `sosfilt` with and without zi, `filtfilt` and
+    `sosfiltfilt`, on (T, C) along axis 0, (B, T, C) along axis 1 and channels over two
+    axes, forward and reversed in time, in segments of time, the chunk-level recurrences
+    as products and by `linear_recurrence`, against SciPy; the cascade backward in time
     (`_OnHost`'s transposed map) against the flipped signal's; a non-finite sample falls
     back to the recurrences; fewer channels, or channels not adjacent, are copied to
     adjacent samples instead."""
@@ -198,8 +199,9 @@ def test_time_major_chunks(monkeypatch, chunk_runs):
     rng = np.random.default_rng(43)
     ba, fir, sos = ss.butter(4, 0.1), (ss.firwin(20, 0.2), [1.0]), ss.butter(8, 0.1,
                                                                              output="sos")
-    for shape, axis, segment in (((300, 24), 0, None), ((3, 1031, 40), 1, None),
-                                 ((257, 4, 8), 0, None), ((5000, 30), 0, 10**4)):
+    for shape, axis, segment in (((300, 24), 0, None), ((100, 24), 0, None),
+                                 ((3, 1031, 40), 1, None), ((257, 4, 8), 0, None),
+                                 ((5000, 30), 0, 10**4)):
         monkeypatch.setattr(_chunks, "_SEGMENT_ELEMENTS", segment or 1 << 21)
         monkeypatch.setattr(_chunks, "_MIN_SEGMENT", 100 if segment else 4096)
         x = rng.standard_normal(shape)
