@@ -256,6 +256,59 @@ def test_time_major_chunks(monkeypatch, chunk_runs):
         assert not columns
 
 
+def test_time_major_products(monkeypatch, chunk_runs):
+    """A short time-major signal of four or more adjacent channels, once its filter's
+    matrices are built, is one product as it lies (`_chunks._product_of_columns`: the
+    matrices transposed down its channels): `lfilter` with zi and zf, `sosfilt`, on
+    (T, C) along axis 0 and (B, T, C) along axis 1, and the cascade backward in time from
+    rest, against SciPy; a reversed view, and three channels, take the rows' product."""
+    ran = chunk_runs
+    monkeypatch.setattr(_chunks, "_DIRECT_LENGTH", DIRECT_LENGTH)
+    products = []
+    of_columns = _chunks._product_of_columns
+
+    def spy(*args):
+        products.append(args[2].shape)
+        return of_columns(*args)
+
+    monkeypatch.setattr(_chunks, "_product_of_columns", spy)
+    rng = np.random.default_rng(44)
+    b, a = ss.butter(4, 0.1)
+    sos = ss.butter(8, 0.1, output="sos")
+    for shape, axis in (((100, 4), 0), ((150, 40), 0), ((3, 60, 5), 1), ((100, 3), 0)):
+        x = rng.standard_normal(shape)
+        zi = rng.standard_normal((*shape[:axis], 4, *shape[axis + 1:]))
+        zs = rng.standard_normal((len(sos), *shape[:axis], 2, *shape[axis + 1:]))
+        calls = ((partial(signal.lfilter, b, a, x, axis=axis, zi=zi),
+                  ss.lfilter(b, a, x, axis=axis, zi=zi)),
+                 (partial(signal.sosfilt, sos, x, axis=axis, zi=zs),
+                  ss.sosfilt(sos, x, axis=axis, zi=zs)),
+                 (partial(signal.sosfilt, sos, np.flip(x, axis), axis=axis),
+                  ss.sosfilt(sos, np.flip(x, axis), axis=axis)))
+        for k, (function, expected) in enumerate(calls):
+            for _ in range(_chunks._DIRECT_AFTER + 1):  # the last builds the matrices
+                function()
+            products.clear()
+            ran.clear()
+            result = function()
+            assert ran == [True], (shape, k)
+            assert len(products) == (k < 2 and shape[-1] > 3), (shape, k)  # not reversed
+            for got, want in zip(*(v if isinstance(v, tuple) else (v,)
+                                   for v in (result, expected)), strict=True):
+                assert got.shape == want.shape
+                assert got.flags.c_contiguous
+                assert relative_error(got, want) <= 1e-10, (shape, k)
+    steps = _filters._section_steps(sos.tobytes(), len(sos))
+    x = rng.standard_normal((100, 8))
+    want = ss.sosfilt(sos, x[::-1], axis=0)[::-1]
+    for _ in range(_chunks._DIRECT_AFTER + 1):
+        _chunks.cascade(steps, x, 0, None, reverse=True)
+    products.clear()
+    y, _ = _chunks.cascade(steps, x, 0, None, reverse=True)
+    assert len(products) == 1
+    assert relative_error(y, want) <= 1e-12
+
+
 def test_zero_phase_chunks_carry_what_is_not_finite(chunk_runs):
     """`filtfilt` and `sosfiltfilt` on NumPy signals run both passes straight in chunks;
     where a sample is not finite, the first pass declines and both run the recurrences,
