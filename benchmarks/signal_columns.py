@@ -8,6 +8,10 @@ recurrences. This times `lfilter` (a 4th-order Butterworth filter as ``(b, a)``)
 (an 8th-order one as sections), `filtfilt` and `sosfiltfilt` with them, and a single section
 and a first-order `lfilter`, on float64 ``(T, C)`` signals along axis 0, both ways alternated
 in one process (``_MIN_COLUMNS`` as set, or beyond any channel count), and SciPy's time.
+Then short signals of 4 to 512 channels, which a call after the first few takes as one
+product with the filter's matrices for their length: `sosfilt` with zi (a stream's block)
+and `lfilter`, the product as they lie (`_chunks._product_of_columns`) or on rows copied
+from them (``_MIN_PRODUCT_COLUMNS`` as set, or beyond any channel count).
 Writes results/signal_columns.json.
 
     python -m benchmarks.signal_columns
@@ -49,6 +53,8 @@ CALLS = {
 SHAPES = [(4096, 16), (4096, 24), (4096, 64), (4096, 256), (65536, 16), (65536, 24),
           (65536, 32), (65536, 64), (65536, 256), (8192, 1024)]
 VALUES = {"as they lie": _chunks._MIN_COLUMNS, "copied": 1 << 62}
+SHORT = [(64, 4), (64, 64), (128, 4), (128, 16), (128, 512), (256, 4), (256, 64), (256, 512)]
+PRODUCT_VALUES = {"as they lie": _chunks._MIN_PRODUCT_COLUMNS, "rows": 1 << 62}
 
 
 def repeats(elements: int) -> int:
@@ -78,8 +84,37 @@ def main() -> None:
         print(f"{shape[0]:>7} x {shape[1]:<4} " + " ".join(f"{c:>15}" for c in cells),
               flush=True)
     path = write("signal_columns", {"environment": environment(),
-                                    "min_columns": _chunks._MIN_COLUMNS, "rows": rows})
+                                    "min_columns": _chunks._MIN_COLUMNS, "rows": rows,
+                                    "min_product_columns": _chunks._MIN_PRODUCT_COLUMNS,
+                                    "products": products(rng)})
     print(f"wrote {path}")
+
+
+def products(rng) -> list[dict]:
+    """Short signals' products with their matrices, as they lie or on rows, and SciPy."""
+    rows = []
+    print("\nshort signals, one product: as they lie / on rows (SciPy's time / as they lie)")
+    for length, channels in SHORT:
+        x = rng.standard_normal((length, channels))
+        zi = rng.standard_normal((len(SOS), 2, channels))
+        cells = []
+        for name, ours, theirs in (
+                ("sosfilt, zi", lambda x=x, zi=zi: cuscan.signal.sosfilt(SOS, x, axis=0, zi=zi),
+                 lambda x=x, zi=zi: scipy.signal.sosfilt(SOS, x, axis=0, zi=zi)),
+                ("lfilter", lambda x=x: cuscan.signal.lfilter(*BA, x, axis=0),
+                 lambda x=x: scipy.signal.lfilter(*BA, x, axis=0))):
+            for _ in range(_chunks._DIRECT_AFTER + 1):  # the last builds the matrices
+                ours()
+            calls = max(20, min(2000, 2 * 10**6 // x.size))
+            times = alternated(ours, _chunks, "_MIN_PRODUCT_COLUMNS", PRODUCT_VALUES, calls)
+            scipy_s = min(best_time(theirs, calls) for _ in range(3))
+            ratio = times["as they lie"] / times["rows"]
+            rows.append({"function": name, "length": length, "channels": channels,
+                         "columns_s": times["as they lie"], "rows_s": times["rows"],
+                         "scipy_s": scipy_s, "ratio": ratio})
+            cells.append(f"{name}: {ratio:5.2f} ({scipy_s / times['as they lie']:5.2f})")
+        print(f"{length:>7} x {channels:<4} " + "   ".join(cells), flush=True)
+    return rows
 
 
 if __name__ == "__main__":
