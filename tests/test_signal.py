@@ -177,6 +177,19 @@ def test_sosfilt_chunks(chunk_runs):
             np.testing.assert_allclose(result[:at], expected[:at], rtol=1e-10)
 
 
+def views_taken(monkeypatch, name: str, position: int) -> list:
+    """The shapes of the time-major views `_chunks.<name>` takes (its argument at
+    ``position``), call by call, into the list returned."""
+    shapes, function = [], getattr(_chunks, name)
+
+    def spy(*args):
+        shapes.append(args[position].shape)
+        return function(*args)
+
+    monkeypatch.setattr(_chunks, name, spy)
+    return shapes
+
+
 def test_time_major_chunks(monkeypatch, chunk_runs):
     """Time-major signals of at least _MIN_COLUMNS adjacent channels run in chunks as they
     lie (`_chunks._in_columns`): `lfilter` (orders 4 and a FIR filter whose zi spans two
@@ -188,14 +201,7 @@ def test_time_major_chunks(monkeypatch, chunk_runs):
     back to the recurrences; fewer channels, or channels not adjacent, are copied to
     adjacent samples instead."""
     ran = chunk_runs
-    columns = []
-    in_columns = _chunks._in_columns
-
-    def spy(*args):
-        columns.append(args[1].shape)
-        return in_columns(*args)
-
-    monkeypatch.setattr(_chunks, "_in_columns", spy)
+    columns = views_taken(monkeypatch, "_in_columns", 1)
     rng = np.random.default_rng(43)
     ba, fir, sos = ss.butter(4, 0.1), (ss.firwin(20, 0.2), [1.0]), ss.butter(8, 0.1,
                                                                              output="sos")
@@ -264,14 +270,7 @@ def test_time_major_products(monkeypatch, chunk_runs):
     rest, against SciPy; a reversed view, and three channels, take the rows' product."""
     ran = chunk_runs
     monkeypatch.setattr(_chunks, "_DIRECT_LENGTH", DIRECT_LENGTH)
-    products = []
-    of_columns = _chunks._product_of_columns
-
-    def spy(*args):
-        products.append(args[2].shape)
-        return of_columns(*args)
-
-    monkeypatch.setattr(_chunks, "_product_of_columns", spy)
+    products = views_taken(monkeypatch, "_product_of_columns", 2)
     rng = np.random.default_rng(44)
     b, a = ss.butter(4, 0.1)
     sos = ss.butter(8, 0.1, output="sos")

@@ -695,9 +695,10 @@ def _product(matrices: tuple, x: np.ndarray, axis: int, zi, reverse: bool,
 
 def _product_of_columns(matrices: tuple, x: np.ndarray, signal: np.ndarray, axis: int, zi,
                         reverse: bool, out: np.ndarray | None, keep_state: bool):
-    """`_product` on a time-major ``x`` of at least two adjacent channels (its `_columns`
-    view ``signal``, forward in time) as it lies: the transposed matrices times the
-    samples, and zi stacked before them, down each block of channels."""
+    """`_product` on a time-major ``x`` of at least _MIN_PRODUCT_COLUMNS adjacent channels
+    (its `_columns` view ``signal``, forward in time) as it lies: the transposed matrices
+    times the samples, and zi stacked before them, down each block of channels."""
+    axis %= x.ndim
     outputs, finals, count = matrices
     n = finals.shape[1]
     batch, _, channels = signal.shape
