@@ -442,8 +442,9 @@ def test_numpy_time_contiguous(monkeypatch, layout):
 def test_numpy_tiles(monkeypatch):
     """The NumPy backend's tiled copies: square tiles of about 256 KiB, a narrow axis
     leaving the other the rest, sides of at least 64 elements (of the first two axes,
-    whose elements may be large blocks); the copies equal NumPy's for awkward shapes,
-    strides, dtypes and tile sizes."""
+    whose elements may be large blocks), and rows of a few elements from columns copied a
+    column at a time; the copies equal NumPy's for awkward shapes, strides, dtypes and tile
+    sizes."""
     from cuscan import _numpy_backend
 
     tile = _numpy_backend._tile
@@ -458,7 +459,8 @@ def test_numpy_tiles(monkeypatch):
     for size, least in ((_numpy_backend._TILE_BYTES, _numpy_backend._MIN_TILE), (96, 1)):
         monkeypatch.setattr(_numpy_backend, "_TILE_BYTES", size)
         monkeypatch.setattr(_numpy_backend, "_MIN_TILE", least)
-        for shape in ((1, 1), (7, 300), (300, 7), (65, 67, 3), (2, 3, 4099), (4099, 5, 4)):
+        for shape in ((1, 1), (7, 300), (300, 7), (65, 67, 3), (2, 3, 4099), (4099, 5, 4),
+                      (4099, 2), (301, 4), (3, 2)):
             for dtype in (np.float32, np.complex128):
                 src = rng.standard_normal(shape).astype(dtype)
                 views = (src, src[::-1], np.moveaxis(src, 0, 1).copy().swapaxes(0, 1),
