@@ -793,21 +793,25 @@ def _column_strides(shape: tuple, strides: tuple, itemsize: int, axis: int,
     channels = math.prod(shape[axis + 1:])
     if channels < (_MIN_COLUMNS if least is None else least):
         return None
-    merged = []
-    for axes in (range(axis), range(axis + 1, len(shape))):
-        stride, step = None, None  # the merged axis' stride; the next axis out's
-        for k in reversed(axes):
-            if shape[k] == 1:
-                continue
-            if step is not None and strides[k] != step:
-                return None
-            stride = strides[k] if stride is None else stride
-            step = strides[k] * shape[k]
-        merged.append(stride or 0)
-    (batch, inner), time = merged, strides[axis]
-    if inner != itemsize or abs(time) < channels * itemsize:
+    batch = _merged(shape, strides, range(axis))
+    inner, time = _merged(shape, strides, range(axis + 1, len(shape))), strides[axis]
+    if batch is None or inner != itemsize or abs(time) < channels * itemsize:
         return None
     return batch, time, inner
+
+
+def _merged(shape: tuple, strides: tuple, axes: range) -> int | None:
+    """The stride of consecutive ``axes`` of an array of that layout merged into one (0
+    where each has one element), or None where they cannot be."""
+    stride, step = None, None  # the merged axis' stride; the stride the next axis out needs
+    for k in reversed(axes):
+        if shape[k] == 1:
+            continue
+        if step is not None and strides[k] != step:
+            return None
+        stride = strides[k] if stride is None else stride
+        step = strides[k] * shape[k]
+    return stride or 0
 
 
 def _in_columns(sections: tuple, signal: np.ndarray, zi, out: np.ndarray, keep_state: bool,
@@ -936,17 +940,10 @@ def _by_columns(sections: tuple, x: np.ndarray, signal: np.ndarray, axis: int, z
 def _rows(v: np.ndarray, rows: int, length: int) -> np.ndarray | None:
     """``v`` (..., length) as a (rows, length) view whose samples follow one another, or
     None where it cannot be one."""
-    if length > 1 and v.strides[-1] != v.itemsize:
+    row = _merged(v.shape, v.strides, range(v.ndim - 1))
+    if row is None or (length > 1 and v.strides[-1] != v.itemsize):
         return None
-    row, step = None, None  # a row's stride; the stride the next axis out must have
-    for n, stride in zip(v.shape[-2::-1], v.strides[-2::-1], strict=True):
-        if n == 1:
-            continue
-        if step is not None and stride != step:
-            return None
-        row = stride if row is None else row
-        step = stride * n
-    return np.lib.stride_tricks.as_strided(v, (rows, length), (row or 0, v.itemsize))
+    return np.lib.stride_tricks.as_strided(v, (rows, length), (row, v.itemsize))
 
 
 def _moved(v: np.ndarray, source: int, destination: int) -> np.ndarray:

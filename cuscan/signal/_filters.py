@@ -946,7 +946,7 @@ def _lfilter(b, a, x, axis: int, zi):
     order = max(a.size, b.size) - 1
     zi = _state(ns, zi, x, axis, order)
     work, out = _dtypes(ns, x, b, a, state=zi)
-    real = _design(b, a) is not None
+    real = not (np.iscomplexobj(b) or np.iscomplexobj(a))
 
     def run(ns, x, axis, zi):
         x, time, inward, outward = _time_major(ns, x, axis, keep=_keep(ns, real, order=order))

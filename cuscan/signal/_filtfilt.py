@@ -173,9 +173,9 @@ def _forward_backward(run, steady: np.ndarray, design: tuple[bytes, ...] | None,
     filter's ``design`` (None for a complex one) of that ``size`` as `_OnHost` maps from
     the steady state where `_on_host` (each pass is linear in its signal, the state
     included), the second backward in time on the signal as it lies (``flipped``). On
-    NumPy arrays, the padded signal and the first pass's output (``run(x, zi, out)``) are
-    temporaries from `Scratch`; float64 ones in chunks run both passes straight through
-    the chunks (`_passes_in_chunks`)."""
+    NumPy arrays, the padded signal is a temporary from `Scratch`; float64 ones in chunks
+    run both passes straight through the chunks (`_passes_in_chunks`, whose first pass's
+    output is one too)."""
     numpy = type(x) is np.ndarray
     with Scratch() as scratch:
         x = _padded(ns, x, axis, padtype, edge, scratch if numpy else None)
@@ -189,10 +189,7 @@ def _forward_backward(run, steady: np.ndarray, design: tuple[bytes, ...] | None,
             f = _OnHost(design, axis - x.ndim, steady=True)
             y = ns.linear_on_host(ns.linear_on_host(x, f), dataclasses.replace(f, flipped=True))
         elif y is None:
-            # (where time is last: the chunks write there in place)
-            first = scratch.empty(x.shape, x.dtype) if numpy and x.dtype == np.float64 \
-                and axis % x.ndim == x.ndim - 1 else None
-            y, _ = run(x, _steady_start(ns, steady, x, axis), out=first)
+            y, _ = run(x, _steady_start(ns, steady, x, axis))
             y = ns.flip(y, axis)
             y, _ = run(y, _steady_start(ns, steady, y, axis))
             y = ns.flip(y, axis)
@@ -366,8 +363,8 @@ def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="
         if method == "gust":
             return outward(ns.cast(_gustafsson(b, a, ns, x, axis, irlen), out))
 
-        def run(x, zi, out=None):
-            return _chunked(b, a, ns, x, axis, zi, out)
+        def run(x, zi):
+            return _chunked(b, a, ns, x, axis, zi)
 
         y = _forward_backward(run, steady, design, ns, x, axis, padtype, edge, order=order)
         return outward(ns.cast(y, out))
@@ -618,8 +615,8 @@ def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
                                           keep=_keep(ns, not np.iscomplexobj(sos),
                                                      sections=len(sos)))
 
-        def run(x, zi, out=None):
-            return _cascade(sos, ns, x, axis, zi, out=out)
+        def run(x, zi):
+            return _cascade(sos, ns, x, axis, zi)
 
         y = _forward_backward(run, steady, (sos.tobytes(),), ns, x, axis, padtype, edge,
                               sections=len(sos))
