@@ -120,6 +120,16 @@ def alternated_settings(function, settings: dict, repeats: int, rounds: int = 3)
     return best
 
 
+def alternated_calls(functions: dict, repeats: int, rounds: int = 3) -> dict:
+    """Best times (``best_time``) of each of ``functions`` (label -> function) in turn,
+    ``rounds`` times over, as `alternated` times settings; by label."""
+    best = dict.fromkeys(functions, float("inf"))
+    for _ in range(rounds):
+        for label, function in functions.items():
+            best[label] = min(best[label], best_time(function, repeats))
+    return best
+
+
 @contextlib.contextmanager
 def assigned(values: dict):
     """Within the block, ``module.<name>`` set to each of ``values`` (``{(module, name):

@@ -74,6 +74,7 @@ def chunk_runs(monkeypatch):
     monkeypatch.setattr(_chunks, "_BLOCK_ELEMENTS", 200)
     monkeypatch.setattr(_chunks, "_SCAN_BLOCK", 4)
     monkeypatch.setattr(_chunks, "_MATRIX_SCAN_ELEMENTS", 40)
+    monkeypatch.setattr(_chunks, "_SOLVE_SIDE", 0)  # `test_chunk_solver`'s
     ran = []
     cascade = _chunks.cascade
 
@@ -115,6 +116,67 @@ def test_chunk_scan(monkeypatch, decay):
                 _chunks._solve(ends, [(0, 2, None, decay)])
                 np.testing.assert_allclose(ends[:, 0] + 1j * ends[:, 1], expected, rtol=1e-13,
                                            atol=1e-13)
+
+
+def test_chunk_solver(monkeypatch):
+    """`_solve` as one product with its matrix (`_solver`): the matrix against the stages on
+    random end states, for filters of widths 1 to 12 over 1 to as many chunks as twice
+    _SOLVE_SIDE allows (none for a filter whose matrix holds entries beyond _SOLVE_GAIN); and
+    the filters on 1 to 3 rows through it, where `_in_rows` takes it, against the stages,
+    forward with and without zi, backward in time, and along axis 0."""
+    rng = np.random.default_rng(18)
+    monkeypatch.setattr(_chunks, "_DIRECT_LENGTH", 0)
+    side, few_rows = _chunks._SOLVE_SIDE, _chunks._FEW_SOLVE_ROWS
+    filters = {"first order": ([0.3], [1.0, -0.9]), "order 4": ss.butter(4, 0.1),
+               "order 6": ss.ellip(6, 1, 60, 0.3),
+               "sections": ss.ellip(8, 1, 60, 0.3, output="sos")}
+
+    def steps(name: str, coefficients):
+        """The filter's sections, its width and its chunks' length."""
+        if name == "sections":
+            sections = _filters._OnHost((coefficients.tobytes(),), -1).steps()
+        else:
+            b, a = _filters._normalized(*coefficients)
+            sections = _filters._OnHost(_filters._design(b, a), -1).steps()
+        width = sum(s.width for s in sections)
+        return sections, width, _chunks._SHORT_CHUNK if width <= _chunks._SHORT_WIDTH \
+            else _chunks._CHUNK
+
+    sections, width, size = steps("low cutoff", ss.butter(4, 0.01))  # a gain of about 1,000
+    assert _chunks._solver(sections, size, 2) is None
+    solved = []
+    solver = _chunks._solver
+    monkeypatch.setattr(_chunks, "_solver", lambda *args: solved.append(args) or solver(*args))
+    for name, coefficients in filters.items():
+        sections, width, size = steps(name, coefficients)
+        most = 2 * side // width
+        for chunks in (1, 5, most):
+            ends = rng.standard_normal((3, width, chunks))
+            expected = ends.copy()
+            _chunks._solve(expected, _chunks._matrices(sections, size).stages)
+            np.testing.assert_allclose(
+                (ends.reshape(3, -1) @ solver(sections, size, chunks)).reshape(ends.shape),
+                expected, rtol=1e-12, atol=1e-12 * np.abs(expected).max())
+        # rows, chunks and whether the product solves them
+        for rows, chunks, product in [(1, most, True), (few_rows, 3, True),
+                                      (few_rows + 1, side // width, True),
+                                      (few_rows + 1, side // width + 1, False)]:
+            x = rng.standard_normal((rows, size * chunks + (rows == 1)))
+            zi = rng.standard_normal((len(sections), rows, sections[0].order))
+            runs = {}
+            for setting in (side, 0):
+                monkeypatch.setattr(_chunks, "_SOLVE_SIDE", setting)
+                solved.clear()
+                runs[setting] = [_chunks.cascade(sections, x, 1, zi),
+                                 _chunks.cascade(sections, x, 1, None, reverse=True),
+                                 _chunks.cascade(sections, x.T, 0, zi.transpose(0, 2, 1))]
+                assert len(solved) == (3 if product and setting else 0), (name, rows, chunks)
+            for with_product, staged in zip(*runs.values(), strict=True):
+                for got, want in zip(with_product, staged, strict=True):
+                    if want is None:
+                        assert got is None
+                    else:
+                        assert relative_error(got, want) <= 1e-12, (name, rows, chunks)
 
 
 def test_sosfilt_chunks(chunk_runs):
