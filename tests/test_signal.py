@@ -121,7 +121,8 @@ def test_chunk_scan(monkeypatch, decay):
 def test_chunk_solver(monkeypatch):
     """`_solve` as one product with its matrix (`_solver`): the matrix against the stages on
     random end states, for filters of widths 1 to 12 over 1 to as many chunks as twice
-    _SOLVE_SIDE allows (none for a filter whose matrix holds entries beyond _SOLVE_GAIN); and
+    _SOLVE_SIDE allows (none for a filter of order above 2 whose matrix holds entries beyond
+    _SOLVE_GAIN); and
     the filters on 1 to 3 rows through it, where `_in_rows` takes it, against the stages,
     forward with and without zi, backward in time, and along axis 0."""
     rng = np.random.default_rng(18)
@@ -142,8 +143,11 @@ def test_chunk_solver(monkeypatch):
         return sections, width, _chunks._SHORT_CHUNK if width <= _chunks._SHORT_WIDTH \
             else _chunks._CHUNK
 
-    sections, width, size = steps("low cutoff", ss.butter(4, 0.01))  # a gain of about 1,000
+    # entries up to about 1,000: none for a filter of order 4, one for second-order sections
+    sections, width, size = steps("low cutoff", ss.butter(4, 0.01))
     assert _chunks._solver(sections, size, 2) is None
+    sections, width, size = steps("sections", ss.butter(8, 0.1, output="sos"))
+    assert np.abs(_chunks._solver(sections, size, 4)).max() > _chunks._SOLVE_GAIN
     solved = []
     solver = _chunks._solver
     monkeypatch.setattr(_chunks, "_solver", lambda *args: solved.append(args) or solver(*args))

@@ -111,15 +111,14 @@ _FEW_SCAN_ROWS = 16
 # The chunks' end states of a row, ``width x chunks`` numbers, are solved as one product with
 # `_solve`'s own matrix (`_solver`) instead of its stages' couplings and scans (two to four
 # NumPy steps a stage) where they number at most _SOLVE_SIDE, or twice that on up to
-# _FEW_SOLVE_ROWS rows, and the matrix holds no entry beyond _SOLVE_GAIN. Ad hoc, on filters of
-# order 2, 4 and 6 in (b, a) form (widths 2, 8 and 12): up to 128 numbers, the product took
-# 0.07 to 0.87 of the stages' time on 1 to 4,096 rows (on one row of 32 to 128 numbers 1.3 to
-# 3.9 us against 8.9 to 13.4); up to 256, 0.35 to 0.93 on 1 and 2 rows but 1.1 to 1.8 on 3 and
-# 4. The matrix composes the stages, which the (b, a) form of a filter whose poles cluster
-# couples with large factors; where its entries exceeded 100, on random designs of orders 1 to
-# 6 over 300 to 1,200 samples, the product's error was up to 45 times the stages' (both
-# beyond 1e-8 of the RMS), and within that bound it was at most 3 times theirs, each within
-# 1e-8 where the other was (on second-order sections, 6.6 times, below 1e-12).
+# _FEW_SOLVE_ROWS rows (benchmarks/signal_solver.py). The matrix composes the stages, which the
+# (b, a) form of a filter whose poles cluster couples with large factors: on random designs of
+# orders 1 to 6 over 300 to 1,200 samples, where its entries exceeded 100 the product's error
+# was up to 45 times the stages' (both beyond 1e-8 of the RMS), so a filter of order above 2
+# whose matrix holds an entry beyond _SOLVE_GAIN keeps the stages. So chosen, on 600 such
+# designs in (b, a) form and 600 of orders 1 to 12 in sections (whatever their entries), the
+# product's error was at most 5.3 times the stages' (median 1.0), and within 1e-8 of the RMS
+# on the same designs as theirs (ad hoc).
 _SOLVE_SIDE = 128
 _FEW_SOLVE_ROWS = 2
 _SOLVE_GAIN = 100
@@ -409,13 +408,15 @@ def _solve(ends: np.ndarray, stages) -> None:
 def _solver(sections: tuple, size: int, chunks: int) -> np.ndarray | None:
     """`_solve` over ``chunks`` chunks of ``size`` as a matrix, ``width x chunks`` square: a
     row of chunks' end states ``(width, chunks)``, flattened, times it is that row solved (row
-    k of the matrix the k-th unit row solved); None where an entry exceeds _SOLVE_GAIN (see
-    _SOLVE_SIDE)."""
+    k of the matrix the k-th unit row solved); None for a filter of order above 2 whose
+    matrix holds an entry beyond _SOLVE_GAIN (see _SOLVE_SIDE)."""
     side = sum(s.width for s in sections) * chunks
     units = np.eye(side).reshape(side, side // chunks, chunks)
     _solve(units, _matrices(sections, size).stages)
     units = units.reshape(side, side)
-    return units if np.abs(units).max() <= _SOLVE_GAIN else None
+    if any(s.order > 2 for s in sections) and np.abs(units).max() > _SOLVE_GAIN:
+        return None
+    return units
 
 
 def _scan(decay, v: np.ndarray) -> np.ndarray:
