@@ -3,8 +3,9 @@
 Where the decays are constant in time and every channel's steps lie contiguous in
 memory (one channel; (C, T) along axis -1), the backend scans chunks of L steps as
 products with one L x L matrix of the decays' powers, run by BLAS on the operands
-in place, from 256 steps (`_BLOCKED_FROM`) and 8,192 elements (`_BLOCKED_ELEMENTS_FROM`),
-in real dtypes and complex64 from 2,048 steps (`_BLOCKED_COMPLEX_FROM`).
+in place, from 64 steps (`_BLOCKED_FROM`) and 8,192 elements (`_BLOCKED_ELEMENTS_FROM`), or
+any number of elements where one decay serves every channel, in real dtypes and complex64
+from 2,048 steps (`_BLOCKED_COMPLEX_FROM`).
 Without it, such operands are scanned by the chunked or serial method, on
 time-major copies where the layout is scattered. Times `method="auto"` forward and
 the vector-Jacobian product with and without (the threshold set out of reach),
@@ -13,7 +14,7 @@ arrays along axis -1 with one decay per channel and with a single decay, complex
 ones with the products switched on; prints blocked / without and whether the rule
 takes the products. Then the chunk length: `_BLOCK_BYTES` of 64, 128 and 256 bytes
 on the larger shapes, each time over the chosen one's; and the element threshold: the
-products at any size against without them on 1,024 to 32,768 elements. Writes
+products at any size from 64 steps against without them on 64 to 32,768 elements. Writes
 results/numpy_blocked.json.
 
     python -m benchmarks.numpy_blocked
@@ -27,7 +28,14 @@ import math
 import numpy as np
 
 import cuscan
-from benchmarks._common import alternated, assigned, environment, without_options, write
+from benchmarks._common import (
+    alternated,
+    alternated_settings,
+    assigned,
+    environment,
+    without_options,
+    write,
+)
 from cuscan import _numpy_backend
 
 SHAPES = [(1, 256), (1, 1024), (1, 10**4), (1, 10**5), (1, 10**6), (1, 10**7), (2, 10**6),
@@ -36,9 +44,10 @@ DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 BLOCK_SHAPES = [(1, 10**6), (1, 10**7), (8, 10**6), (64, 156_250), (512, 2048), (2048, 2048)]
 BLOCK_BYTES = (64, 128, 256)
 # Around the element threshold (`_BLOCKED_ELEMENTS_FROM`), from `_BLOCKED_FROM` steps.
-ELEMENT_SHAPES = [(1, 1024), (1, 2048), (1, 4096), (1, 8192), (1, 16384), (1, 32768),
-                  (2, 4096), (4, 2048), (4, 4096), (8, 1024), (8, 2048), (16, 512), (16, 1024),
-                  (32, 256), (64, 256), (128, 256)]
+ELEMENT_SHAPES = [(1, 64), (1, 128), (1, 256), (1, 512), (1, 1024), (1, 2048), (1, 4096),
+                  (1, 8192), (1, 16384), (1, 32768), (2, 1024), (2, 4096), (4, 512), (4, 2048),
+                  (4, 4096), (8, 64), (8, 1024), (8, 2048), (16, 256), (16, 512), (16, 1024),
+                  (32, 256), (64, 128), (64, 256), (128, 256)]
 
 
 def passes(rng, shape, dtype, single: bool = False) -> dict:
@@ -51,10 +60,12 @@ def passes(rng, shape, dtype, single: bool = False) -> dict:
             "vjp": functools.partial(cuscan.linear_recurrence_vjp, x, a, h, axis=-1)}
 
 
-def rule(shape, dtype) -> bool:
-    """Whether method auto takes the products on these operands (`_blocked_layout`)."""
+def rule(shape, dtype, single: bool = False) -> bool:
+    """Whether method auto takes the products on these operands (`_blocked_layout`), with
+    a ``single`` decay or one per channel."""
     x = np.empty(shape, dtype).T  # time first
-    return _numpy_backend._blocked_layout(np.broadcast_to(x[:1], x.shape), x, x)
+    decays = np.empty((1, 1) if single else (1, shape[0]), dtype)
+    return _numpy_backend._blocked_layout(np.broadcast_to(decays, x.shape), x, x)
 
 
 def repeats(shape) -> int:
@@ -86,10 +97,13 @@ def block_lengths(rng) -> list:
 
 
 def elements(rng) -> list:
-    """Operands around the element threshold: the products at any size against without
-    them (the threshold out of reach), forward and vjp, one decay per channel and a single
-    one; real, and complex64 from the steps it takes the products at."""
-    settings = {"blocked": 0, "without": math.inf}
+    """Operands around the element threshold, and short ones: the products at any size
+    from 64 steps against without them (the thresholds out of reach), forward and vjp, one
+    decay per channel and a single one; real, and complex64 from the steps it takes the
+    products at."""
+    settings = {"blocked": {(_numpy_backend, "_BLOCKED_FROM"): 64,
+                            (_numpy_backend, "_BLOCKED_ELEMENTS_FROM"): 0},
+                "without": {(_numpy_backend, "_BLOCKED_FROM"): math.inf}}
     rows = []
     print("\nelements: blocked (at any size) / without, forward and vjp; rule: whether "
           "method auto takes the products")
@@ -100,19 +114,18 @@ def elements(rng) -> list:
                 if (single and shape[0] == 1) or (dtype == np.complex64
                                                   and shape[1] < complex_from):
                     continue
-                rows.append(timed(rng, shape, dtype, single, rule(shape, dtype),
-                                  "_BLOCKED_ELEMENTS_FROM", settings, 30))
+                rows.append(timed(rng, shape, dtype, single, rule(shape, dtype, single),
+                                  settings, 30))
     return rows
 
 
-def timed(rng, shape, dtype, single: bool, taken: bool, name: str, settings: dict,
-          count: int) -> dict:
-    """A row: `passes` forward and vjp with ``_numpy_backend.<name>`` at each of
-    ``settings`` ("blocked" and "without"), alternated; printed as blocked / without."""
+def timed(rng, shape, dtype, single: bool, taken: bool, settings: dict, count: int) -> dict:
+    """A row: `passes` forward and vjp under each of ``settings`` ("blocked" and "without",
+    `alternated_settings`), alternated; printed as blocked / without."""
     row = {"shape": list(shape), "dtype": np.dtype(dtype).name, "single_decay": single,
            "rule": bool(taken)}
     for label, call in passes(rng, shape, dtype, single).items():
-        best = alternated(call, _numpy_backend, name, settings, count)
+        best = alternated_settings(call, settings, count)
         row.update({f"{label}_{s}_s": best[s] for s in settings})
     print(f"{'x'.join(map(str, shape)):>12} {np.dtype(dtype).name:>10} "
           f"{'single' if single else 'channel':>8} "
@@ -126,13 +139,15 @@ def timed(rng, shape, dtype, single: bool, taken: bool, name: str, settings: dic
 def main() -> None:
     rng = np.random.default_rng(0)
     chosen = _numpy_backend._BLOCKED_FROM
-    settings = {"blocked": chosen, "without": math.inf}
+    settings = {"blocked": {(_numpy_backend, "_BLOCKED_FROM"): chosen},
+                "without": {(_numpy_backend, "_BLOCKED_FROM"): math.inf}}
     rows = []
     print("method auto, axis -1, time blocked / without; < 1 means the blocked scan is faster;"
           " rule: whether method auto takes it")
     print(f"{'shape':>12} {'dtype':>10} {'decays':>8} {'forward':>8} {'vjp':>6} "
           f"{'without (ms)':>13} {'rule':>5}")
-    taken = {(shape, dtype): rule(shape, dtype) for shape in SHAPES for dtype in DTYPES}
+    taken = {(shape, dtype, single): rule(shape, dtype, single) for shape in SHAPES
+             for dtype in DTYPES for single in (False, True)}
     # complex operands timed with the products at any length too
     with assigned({(_numpy_backend, "_BLOCKED_COMPLEX_FROM"): {8: 0, 16: 0}}):
         for shape in SHAPES:
@@ -140,8 +155,8 @@ def main() -> None:
                 for single in (False, True):
                     if single and shape[0] == 1:
                         continue
-                    rows.append(timed(rng, shape, dtype, single, taken[shape, dtype],
-                                      "_BLOCKED_FROM", settings, repeats(shape)))
+                    rows.append(timed(rng, shape, dtype, single, taken[shape, dtype, single],
+                                      settings, repeats(shape)))
         lengths = block_lengths(rng)
     by_elements = elements(rng)
     path = write("numpy_blocked", {

@@ -102,23 +102,32 @@ _WHOLE_ROWS_FROM = 4096
 # Decays constant in time turn each chunk's scan into a product with one L x L matrix of
 # their powers (see _blocked), run by BLAS on the operands in place where every channel's
 # steps are contiguous (one channel; (C, T) along axis -1), from _BLOCKED_FROM steps and
-# _BLOCKED_ELEMENTS_FROM elements, in real dtypes, and in complex ones of an itemsize in
+# _BLOCKED_ELEMENTS_FROM elements, or any number of elements where one decay serves every
+# channel (one channel included), in real dtypes, and in complex ones of an itemsize in
 # _BLOCKED_COMPLEX_FROM from that many steps. L is _BLOCK_BYTES // itemsize, halved (down
 # to _MIN_BLOCK) while a matrix per channel would hold more than 1 / _BLOCK_SHARE of a
 # channel's steps. Each product covers about _BLOCK_ELEMENTS elements, so that their copy,
 # with the carries added, is still in cache for the product, and at least _MIN_BLOCK_ROWS
 # chunks of every channel: BLAS is slow on smaller matrices. From 8,192 elements the
 # products took 0.17 to 1.22 of the time of the chunked, doubling or serial scan, forward
-# and backward (0.82 to 1.68 on 1,024 to 4,096 steps of one channel). A product costs L
+# and backward. Below, with one decay per channel on 2 to 8 channels they took up to 1.25
+# of it; with one decay for all, from 64 steps, 0.36 to 0.87 forward and 0.53 to 1.11
+# backward (benchmarks/numpy_blocked.py's "elements"). A product costs L
 # multiply-adds per element, four times as many flops in complex: there the products took
 # 0.36 to 1.04 of the time of the chunked or serial method in complex64 from 2,048 steps,
 # but up to 1.53 on 256, and 0.80 to 1.73 in complex128 (benchmarks/numpy_blocked.py).
-_BLOCKED_FROM = 256
+_BLOCKED_FROM = 64
 _BLOCKED_ELEMENTS_FROM = 8192
 _BLOCKED_COMPLEX_FROM = {8: 2048}
 _BLOCK_BYTES = 128
 _MIN_BLOCK = 8
 _BLOCK_SHARE = 4
+# A scan of at most _POWERS_LENGTH steps and _POWERS_ELEMENTS elements whose decay is one
+# number for every step and channel is one product with the matrix of its powers
+# (`_powers_product`): so are `_blocked`'s carries over a few chunks, where the general scan
+# took about 45 us of its 100 on 1,000 steps of one channel (ad hoc).
+_POWERS_LENGTH = 64
+_POWERS_ELEMENTS = 1 << 14
 _BLOCK_ELEMENTS = 65536
 _MIN_BLOCK_ROWS = 256
 # Short scans of few bytes take Hillis and Steele's scan (`_doubling`): ceil(log2 T)
@@ -386,6 +395,9 @@ def _initial(initial_state, channel_shape, dtype):
 def scan(a, x, h0, out, method: str) -> None:
     """Fill ``out`` (T, ...) with the recurrence, starting from ``h0``."""
     length = a.shape[0]
+    if method != "serial" and a.size and _one_decay(a) and _powers_product(
+            a[(0,) * a.ndim], x, h0, out):
+        return
     blocked = method != "serial" and _blocked_layout(a, x, out)
     doubling = method != "serial" and _doubles(length, out)
     if method == "auto":
@@ -401,10 +413,36 @@ def scan(a, x, h0, out, method: str) -> None:
         _in_cache(a, x, h0, out)
 
 
+def _powers_product(decay, x, h0, out) -> bool:
+    """The scan of ``x`` with one ``decay`` (a NumPy scalar) for every step and channel, of at
+    most _POWERS_LENGTH steps and _POWERS_ELEMENTS elements, as one product with the
+    lower-triangular matrix of its powers (`_scalar_block_matrices`, transposed), the
+    initial state times its powers added. Returns False, having written nothing useful,
+    where the operands are larger or the result is not all finite (the product spreads an
+    infinity or NaN over the whole scan)."""
+    length = x.shape[0]
+    if length > _POWERS_LENGTH or length * math.prod(out.shape[1:]) > _POWERS_ELEMENTS:
+        return False
+    if out.size == 0:
+        return True
+    decay = np.reshape(decay, 1)
+    matrices = _scalar_block_matrices(decay.dtype.str, decay.tobytes(), (1,), length,
+                                      out.dtype.str)
+    if matrices is None:
+        return False
+    powers, weights = matrices
+    product = weights[0].T @ x.reshape(length, -1)
+    product += np.multiply.outer(powers[0], np.reshape(h0, -1)).astype(out.dtype, copy=False)
+    if not np.isfinite(np.add.reduce(product, axis=None)):
+        return False
+    np.copyto(out, product.reshape(out.shape), casting="unsafe")
+    return True
+
+
 def _blocked_layout(a, x, out) -> bool:
     """Whether the time-first operands suit `_blocked`: decays constant in time, and
     the steps of every channel of ``x`` and ``out`` contiguous, in the same direction."""
-    if not _blocks(x.shape[0], x.size) or a.strides[0] != 0 or (
+    if not _blocks(x.shape[0], x.size, _one_decay(a)) or a.strides[0] != 0 or (
             out.dtype.kind == "c"
             and x.shape[0] < _BLOCKED_COMPLEX_FROM.get(out.dtype.itemsize, math.inf)):
         return False
@@ -413,9 +451,16 @@ def _blocked_layout(a, x, out) -> bool:
             and (steps[0] > 0) == (steps[1] > 0))
 
 
-def _blocks(length: int, size: int) -> bool:
-    """Whether `_blocked` pays for ``length`` steps of ``size`` elements in all."""
-    return length >= _BLOCKED_FROM and size >= _BLOCKED_ELEMENTS_FROM
+def _one_decay(a) -> bool:
+    """Whether the decays ``a`` are one number for every step and channel."""
+    return not any(stride for size, stride in zip(a.shape, a.strides, strict=True)
+                   if size > 1)
+
+
+def _blocks(length: int, size: int, single: bool = False) -> bool:
+    """Whether `_blocked` pays for ``length`` steps of ``size`` elements in all, with a
+    ``single`` decay for every channel (or a single channel)."""
+    return length >= _BLOCKED_FROM and (single or size >= _BLOCKED_ELEMENTS_FROM)
 
 
 def _block_length(length: int, itemsize: int, matrices: int) -> int:
@@ -654,31 +699,37 @@ def _blocked(a, x, h0, out) -> bool:
     start = rest if reverse else 0
     stop = start + count * chunk
 
+    channels = out.ndim - 1
+    last_first = (channels, *range(channels))  # (*channels, steps) to (steps, *channels)
+    first_last = (*range(1, channels + 1), 0)  # and back
+
     def rows(v):
         v = v[start:stop].reshape(count, chunk, *v.shape[1:])
-        return np.moveaxis(v, (0, 1), (-2, -1))
+        return v.transpose(*range(2, channels + 2), 0, 1)
 
     xr, outr = rows(x), rows(out)
     last = weights[..., :, :1] if reverse else weights[..., :, -1:]
-    ends = np.moveaxis(np.matmul(xr, last)[..., 0], -1, 0)  # (count, *channels)
+    ends = np.matmul(xr, last)[..., 0].transpose(last_first)  # (count, *channels)
     if not np.isfinite(ends).all():
         return False
     # carries[i]: the state entering chunk i (counted in memory order; a reverse scan
     # enters a chunk from its end); carries[count]: the state entering the remainder.
     carries = np.empty((count + 1, *out.shape[1:]), whole.dtype)
-    decay = np.broadcast_to(whole, ends.shape)
     if reverse:
+        ends, into = ends[::-1], carries[-2::-1]
         carries[-1] = h0
-        scan(decay, ends[::-1], h0, carries[-2::-1], "auto")
-        carries = np.roll(carries, -1, axis=0)  # the remainder's carry last
     else:
+        into = carries[1:]
         carries[0] = h0
-        scan(decay, ends, h0, carries[1:], "auto")
+    if decays.size != 1 or not _powers_product(whole.reshape(()), ends, h0, into):
+        scan(np.broadcast_to(whole, ends.shape), ends, h0, into, "auto")
+    if reverse:
+        carries = np.roll(carries, -1, axis=0)  # the remainder's carry last
     if not np.isfinite(carries).all():
         return False
     # The carry c entering a chunk adds a**(t + 1) * c at its step t: a * c added to
     # the chunk's first sample (its last, in reverse) before the product gives it.
-    entering = np.moveaxis(carries[:-1], 0, -1)  # (*channels, count)
+    entering = carries[:-1].transpose(first_last)  # (*channels, count)
     width = math.prod(out.shape[1:]) * chunk
     step = max(_MIN_BLOCK_ROWS, _BLOCK_ELEMENTS // width)
     scratch = np.empty((*out.shape[1:], min(step, count), chunk), dtype)
@@ -693,12 +744,12 @@ def _blocked(a, x, h0, out) -> bool:
             return False
     if rest:
         span = slice(0, rest) if reverse else slice(stop, length)
-        xt = np.moveaxis(x[span], 0, -1)[..., None, :]
+        xt = x[span].transpose(first_last)[..., None, :]
         part = np.matmul(xt, weights[..., :rest, :rest])[..., 0, :]
         part += carries[-1][..., None] * (powers[..., -rest:] if reverse else powers[..., :rest])
         if not np.isfinite(np.add.reduce(part, axis=None)):
             return False
-        out[span] = np.moveaxis(part, -1, 0)
+        out[span] = part.transpose(last_first)
     return True
 
 

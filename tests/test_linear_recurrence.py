@@ -722,6 +722,60 @@ def test_numpy_doubling(monkeypatch):
     assert max(ran) < 2**17
 
 
+def test_numpy_powers_product(monkeypatch):
+    """A short scan of one decay for every step and channel is one product with the matrix
+    of its powers: the reference's results forward and backward, in every float dtype,
+    along either axis, both directions, from an initial state, up to _POWERS_LENGTH steps
+    (the blocked scan's carries among them); where a sample is not finite, or the state
+    overflows, the scan carries it as the serial loop does."""
+    from cuscan import _numpy_backend
+
+    ran = []
+    product = _numpy_backend._powers_product
+
+    def spy(*args):
+        ran.append(product(*args))
+        return ran[-1]
+
+    monkeypatch.setattr(_numpy_backend, "_powers_product", spy)
+    numpy = Backend("numpy")
+    rng = np.random.default_rng(43)
+    for length in (1, 2, 17, _numpy_backend._POWERS_LENGTH):
+        for dtype in ("float16", "float32", "float64", "complex64", "complex128"):
+            for shape, axis in (((length,), 0), ((3, length), -1), ((length, 4, 2), 0)):
+                for reverse in (False, True):
+                    impulses = make(rng, shape, dtype, low=-1.0)
+                    decays = make(rng, (), dtype, low=0.5)
+                    channels = shape[:axis % len(shape)] + shape[axis % len(shape) + 1:]
+                    state = make(rng, channels, dtype, low=-1.0)
+                    ran.clear()
+                    output = check(numpy, decays, impulses, state, axis=axis, reverse=reverse)
+                    assert ran == [True], (length, dtype, shape)
+                    weights = make(rng, shape, dtype, low=-1.0)
+                    grads = cuscan.linear_recurrence_vjp(weights, decays, output, state,
+                                                         axis=axis, reverse=reverse)
+                    flipped = dict(axis=axis, reverse=not reverse)
+                    expected = reference.linear_recurrence(np.conj(decays), weights, **flipped)
+                    scale = reference.error_scale(decays, weights, **flipped)
+                    assert_close(grads[1], expected, scale, grads[1].dtype, length)
+    # A decay per channel takes the other methods; a longer scan of one decay takes the
+    # blocked scan, whose carries over its few chunks are such a product.
+    impulses = rng.uniform(-1, 1, (3, _numpy_backend._POWERS_LENGTH + 1))
+    for decays, taken in ((np.full((3, 1), 0.9), []), (0.9, [False, True])):
+        ran.clear()
+        check(numpy, decays, impulses, axis=-1)
+        assert ran == taken
+    # Not finite: a NaN from its step on, and a state overflowing as the serial loop's does.
+    impulses = rng.uniform(-1, 1, (20, 3))
+    impulses[7, 1] = np.nan
+    for decays, x in ((0.9, impulses), (1e30, np.full((20, 3), 1e30))):
+        ran.clear()
+        result = cuscan.linear_recurrence(decays, x)
+        assert ran == [False]
+        np.testing.assert_array_equal(result, cuscan.linear_recurrence(decays, x,
+                                                                       method="serial"))
+
+
 def test_numpy_blocked(monkeypatch):
     """Decays constant in time on time-contiguous operands (one channel, (C, T) along
     axis -1) are scanned as matrix products over chunks: forward and backward give the
@@ -734,6 +788,7 @@ def test_numpy_blocked(monkeypatch):
     monkeypatch.setattr(_numpy_backend, "_BLOCKED_ELEMENTS_FROM", 16)
     monkeypatch.setattr(_numpy_backend, "_BLOCK_ELEMENTS", 200)
     monkeypatch.setattr(_numpy_backend, "_BLOCKED_COMPLEX_FROM", {8: 0, 16: 0})
+    monkeypatch.setattr(_numpy_backend, "_POWERS_LENGTH", 0)  # `test_numpy_powers_product`'s
     ran = []
     blocked = _numpy_backend._blocked
 
