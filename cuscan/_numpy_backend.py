@@ -122,12 +122,13 @@ _BLOCKED_COMPLEX_FROM = {8: 2048}
 _BLOCK_BYTES = 128
 _MIN_BLOCK = 8
 _BLOCK_SHARE = 4
-# A scan of at most _POWERS_LENGTH steps and _POWERS_ELEMENTS elements whose decay is one
-# number for every step and channel is one product with the matrix of its powers
-# (`_powers_product`): so are `_blocked`'s carries over a few chunks, where the general scan
-# took about 45 us of its 100 on 1,000 steps of one channel (ad hoc).
-_POWERS_LENGTH = 64
-_POWERS_ELEMENTS = 1 << 14
+# A scan of at most _POWERS_LENGTH steps whose decay is one number for every step and
+# channel is one product with the matrix of its powers (`_powers_product`) where that costs
+# at most _POWERS_WORK multiply-adds (steps squared times channels): so are `_blocked`'s
+# carries over its chunks, where the general scan took about 45 us of its 100 on 1,000
+# steps of one channel (ad hoc).
+_POWERS_LENGTH = 256
+_POWERS_WORK = 1 << 20
 _BLOCK_ELEMENTS = 65536
 _MIN_BLOCK_ROWS = 256
 # Short scans of few bytes take Hillis and Steele's scan (`_doubling`): ceil(log2 T)
@@ -415,13 +416,13 @@ def scan(a, x, h0, out, method: str) -> None:
 
 def _powers_product(decay, x, h0, out) -> bool:
     """The scan of ``x`` with one ``decay`` (a NumPy scalar) for every step and channel, of at
-    most _POWERS_LENGTH steps and _POWERS_ELEMENTS elements, as one product with the
+    most _POWERS_LENGTH steps and _POWERS_WORK multiply-adds, as one product with the
     lower-triangular matrix of its powers (`_scalar_block_matrices`, transposed), the
     initial state times its powers added. Returns False, having written nothing useful,
     where the operands are larger or the result is not all finite (the product spreads an
     infinity or NaN over the whole scan)."""
     length = x.shape[0]
-    if length > _POWERS_LENGTH or length * math.prod(out.shape[1:]) > _POWERS_ELEMENTS:
+    if length > _POWERS_LENGTH or length * length * math.prod(out.shape[1:]) > _POWERS_WORK:
         return False
     if out.size == 0:
         return True
