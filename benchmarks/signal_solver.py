@@ -24,7 +24,6 @@ from __future__ import annotations
 import numpy as np
 import scipy.signal
 
-import cuscan.signal
 from benchmarks._common import (
     alternated,
     alternated_calls,
@@ -33,6 +32,7 @@ from benchmarks._common import (
     without_options,
     write,
 )
+from benchmarks.signal_calls import CALLS  # the same filters and calls, with SciPy's
 from cuscan.signal import _chunks, _filters
 
 FILTERS = {
@@ -45,18 +45,6 @@ SIDES = [32, 128, 256]
 ROWS = [1, 2, 3, 4, 16, 256, 4096]
 LENGTHS = [300, 1024, 2048, 4096]
 CHANNELS = [1, 2, 16]
-BA = scipy.signal.butter(4, 0.1)
-SOS = scipy.signal.butter(8, 0.1, output="sos")
-CALLS = {
-    "lfilter": (lambda x: cuscan.signal.lfilter(*BA, x),
-                lambda x: scipy.signal.lfilter(*BA, x)),
-    "sosfilt": (lambda x: cuscan.signal.sosfilt(SOS, x),
-                lambda x: scipy.signal.sosfilt(SOS, x)),
-    "filtfilt": (lambda x: cuscan.signal.filtfilt(*BA, x),
-                 lambda x: scipy.signal.filtfilt(*BA, x)),
-    "sosfiltfilt": (lambda x: cuscan.signal.sosfiltfilt(SOS, x),
-                    lambda x: scipy.signal.sosfiltfilt(SOS, x)),
-}
 
 
 def sections(coefficients) -> tuple:

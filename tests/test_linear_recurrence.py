@@ -722,6 +722,20 @@ def test_numpy_doubling(monkeypatch):
     assert max(ran) < 2**17
 
 
+def returned(monkeypatch, module, name: str) -> list:
+    """What each call of ``module.<name>`` returns, in the list returned, which the calls
+    append to (the function spied on for the test)."""
+    results = []
+    original = getattr(module, name)
+
+    def spy(*args):
+        results.append(original(*args))
+        return results[-1]
+
+    monkeypatch.setattr(module, name, spy)
+    return results
+
+
 def test_numpy_powers_product(monkeypatch):
     """A short scan of one decay for every step and channel is one product with the matrix
     of its powers: the reference's results forward and backward, in every float dtype,
@@ -730,14 +744,7 @@ def test_numpy_powers_product(monkeypatch):
     overflows, the scan carries it as the serial loop does."""
     from cuscan import _numpy_backend
 
-    ran = []
-    product = _numpy_backend._powers_product
-
-    def spy(*args):
-        ran.append(product(*args))
-        return ran[-1]
-
-    monkeypatch.setattr(_numpy_backend, "_powers_product", spy)
+    ran = returned(monkeypatch, _numpy_backend, "_powers_product")
     numpy = Backend("numpy")
     rng = np.random.default_rng(43)
     for length in (1, 2, 17, _numpy_backend._POWERS_LENGTH):
@@ -789,14 +796,7 @@ def test_numpy_blocked(monkeypatch):
     monkeypatch.setattr(_numpy_backend, "_BLOCK_ELEMENTS", 200)
     monkeypatch.setattr(_numpy_backend, "_BLOCKED_COMPLEX_FROM", {8: 0, 16: 0})
     monkeypatch.setattr(_numpy_backend, "_POWERS_LENGTH", 0)  # `test_numpy_powers_product`'s
-    ran = []
-    blocked = _numpy_backend._blocked
-
-    def spy(*args):
-        ran.append(blocked(*args))
-        return ran[-1]
-
-    monkeypatch.setattr(_numpy_backend, "_blocked", spy)
+    ran = returned(monkeypatch, _numpy_backend, "_blocked")
     numpy = Backend("numpy")
     rng = np.random.default_rng(41)
     for length in (17, 37, 257, 1031):
@@ -861,7 +861,7 @@ def test_numpy_blocked(monkeypatch):
     # Complex operands take the chunked or serial method but complex64 from 2,048 steps
     # (_BLOCKED_COMPLEX_FROM).
     monkeypatch.undo()
-    monkeypatch.setattr(_numpy_backend, "_blocked", spy)
+    ran = returned(monkeypatch, _numpy_backend, "_blocked")
     for dtype, length, expected in (("complex64", 2047, []), ("complex64", 2048, [True]),
                                     ("complex128", 10**5, []), ("float32", 300, [True])):
         ran.clear()  # 65,536 elements or more (_BLOCKED_ELEMENTS_FROM)
