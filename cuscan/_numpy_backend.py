@@ -122,12 +122,15 @@ _BLOCKED_COMPLEX_FROM = {8: 2048}
 _BLOCK_BYTES = 128
 _MIN_BLOCK = 8
 _BLOCK_SHARE = 4
-# A scan of at most _POWERS_LENGTH steps whose decay is one number for every step and
-# channel is one product with the matrix of its powers (`_powers_product`) where that costs
-# at most _POWERS_WORK multiply-adds (steps squared times channels): so are `_blocked`'s
-# carries over its chunks. Against up to 64 steps and 16,384 elements, alternated (ad hoc),
-# one channel of 100 to 4,096 steps took 0.54 to 0.82 of the time forward and 0.63 to 0.94
-# backward, 8 to 64 channels of 128 steps 0.70 to 0.90, and 16 of 256 1.08 and 0.89.
+# A scan of _MIN_POWERS_LENGTH to _POWERS_LENGTH steps whose decay is one number for every
+# step and channel is one product with the matrix of its powers (`_powers_product`) where
+# that costs at most _POWERS_WORK multiply-adds (steps squared times channels): so are
+# `_blocked`'s carries over its chunks. Against up to 64 steps and 16,384 elements,
+# alternated (ad hoc), one channel of 100 to 4,096 steps took 0.54 to 0.82 of the time
+# forward and 0.63 to 0.94 backward, 8 to 64 channels of 128 steps 0.70 to 0.90, and 16 of
+# 256 1.08 and 0.89. Against the serial loop and Hillis and Steele's scan, on 1 and 16
+# channels, it took 0.35 to 1.00 from 8 steps, but 1.02 to 1.26 on 1 to 4.
+_MIN_POWERS_LENGTH = 8
 _POWERS_LENGTH = 256
 _POWERS_WORK = 1 << 20
 _BLOCK_ELEMENTS = 65536
@@ -416,14 +419,16 @@ def scan(a, x, h0, out, method: str) -> None:
 
 
 def _powers_product(decay, x, h0, out) -> bool:
-    """The scan of ``x`` with one ``decay`` (a NumPy scalar) for every step and channel, of at
-    most _POWERS_LENGTH steps and _POWERS_WORK multiply-adds, as one product with the
+    """The scan of ``x`` with one ``decay`` (a NumPy scalar) for every step and channel, of
+    _MIN_POWERS_LENGTH to _POWERS_LENGTH steps and _POWERS_WORK multiply-adds, as one
+    product with the
     lower-triangular matrix of its powers (`_scalar_block_matrices`, transposed), the
     initial state times its powers added. Returns False, having written nothing useful,
     where the operands are larger or the result is not all finite (the product spreads an
     infinity or NaN over the whole scan)."""
     length = x.shape[0]
-    if length > _POWERS_LENGTH or length * length * math.prod(out.shape[1:]) > _POWERS_WORK:
+    if not _MIN_POWERS_LENGTH <= length <= _POWERS_LENGTH or length * length * math.prod(
+            out.shape[1:]) > _POWERS_WORK:
         return False
     if out.size == 0:
         return True

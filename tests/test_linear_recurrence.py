@@ -737,17 +737,17 @@ def returned(monkeypatch, module, name: str) -> list:
 
 
 def test_numpy_powers_product(monkeypatch):
-    """A short scan of one decay for every step and channel is one product with the matrix
-    of its powers: the reference's results forward and backward, in every float dtype,
-    along either axis, both directions, from an initial state, up to _POWERS_LENGTH steps
-    (the blocked scan's carries among them); where a sample is not finite, or the state
+    """A short scan of one decay for every step and channel is one product with the matrix of
+    its powers: the reference's results forward and backward, in every float dtype, along either
+    axis, both directions, from an initial state, from _MIN_POWERS_LENGTH up to _POWERS_LENGTH
+    steps (the blocked scan's carries among them); where a sample is not finite, or the state
     overflows, the scan carries it as the serial loop does."""
     from cuscan import _numpy_backend
 
     ran = returned(monkeypatch, _numpy_backend, "_powers_product")
     numpy = Backend("numpy")
     rng = np.random.default_rng(43)
-    for length in (1, 2, 17, _numpy_backend._POWERS_LENGTH):
+    for length in (_numpy_backend._MIN_POWERS_LENGTH, 17, _numpy_backend._POWERS_LENGTH):
         for dtype in ("float16", "float32", "float64", "complex64", "complex128"):
             for shape, axis in (((length,), 0), ((3, length), -1), ((length, 4, 2), 0)):
                 for reverse in (False, True):
@@ -766,12 +766,16 @@ def test_numpy_powers_product(monkeypatch):
                     scale = reference.error_scale(decays, weights, **flipped)
                     assert_close(grads[1], expected, scale, grads[1].dtype, length)
     # A decay per channel takes the other methods; a longer scan of one decay takes the
-    # blocked scan, whose carries over its few chunks are such a product.
+    # blocked scan, whose carries over its few chunks are such a product; a shorter one the
+    # serial loop.
     impulses = rng.uniform(-1, 1, (3, _numpy_backend._POWERS_LENGTH + 1))
     for decays, taken in ((np.full((3, 1), 0.9), []), (0.9, [False, True])):
         ran.clear()
         check(numpy, decays, impulses, axis=-1)
         assert ran == taken
+    ran.clear()
+    check(numpy, 0.9, impulses[:, :_numpy_backend._MIN_POWERS_LENGTH - 1], axis=-1)
+    assert ran == [False]
     # Not finite: a NaN from its step on, and a state overflowing as the serial loop's does.
     impulses = rng.uniform(-1, 1, (20, 3))
     impulses[7, 1] = np.nan
