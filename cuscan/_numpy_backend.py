@@ -110,9 +110,9 @@ _WHOLE_ROWS_FROM = 4096
 # with the carries added, is still in cache for the product, and at least _MIN_BLOCK_ROWS
 # chunks of every channel: BLAS is slow on smaller matrices. From 8,192 elements the
 # products took 0.17 to 1.22 of the time of the chunked, doubling or serial scan, forward
-# and backward. Below, with a decay per channel on 2 to 16 channels they took 0.75 to 1.25
-# of it; with one decay for all, from 64 steps, 0.54 to 0.92 forward and 0.74 to 1.01
-# backward (benchmarks/numpy_blocked.py's "elements", at 66bfacd). A product costs L
+# and backward. Below, with a decay per channel on 2 to 16 channels they took 0.76 to 1.25
+# of it; with one decay for all, from 64 steps, 0.55 to 0.93 forward and 0.74 to 1.01
+# backward (benchmarks/numpy_blocked.py's "elements", at 3e04676). A product costs L
 # multiply-adds per element, four times as many flops in complex: there the products took
 # 0.36 to 1.04 of the time of the chunked or serial method in complex64 from 2,048 steps,
 # but up to 1.53 on 256, and 0.80 to 1.73 in complex128 (benchmarks/numpy_blocked.py).
