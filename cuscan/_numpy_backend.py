@@ -421,11 +421,10 @@ def scan(a, x, h0, out, method: str) -> None:
 def _powers_product(decay, x, h0, out) -> bool:
     """The scan of ``x`` with one ``decay`` (a NumPy scalar) for every step and channel, of
     _MIN_POWERS_LENGTH to _POWERS_LENGTH steps and _POWERS_WORK multiply-adds, as one
-    product with the
-    lower-triangular matrix of its powers (`_scalar_block_matrices`, transposed), the
-    initial state times its powers added. Returns False, having written nothing useful,
-    where the operands are larger or the result is not all finite (the product spreads an
-    infinity or NaN over the whole scan)."""
+    product with the lower-triangular matrix of its powers (`_scalar_block_matrices`,
+    transposed), the initial state times its powers added. Returns False, having written
+    nothing useful, where the operands are larger or the result is not all finite (the
+    product spreads an infinity or NaN over the whole scan)."""
     length = x.shape[0]
     if not _MIN_POWERS_LENGTH <= length <= _POWERS_LENGTH or length * length * math.prod(
             out.shape[1:]) > _POWERS_WORK:
@@ -728,8 +727,7 @@ def _blocked(a, x, h0, out) -> bool:
     else:
         into = carries[1:]
         carries[0] = h0
-    if decays.size != 1 or not _powers_product(whole.reshape(()), ends, h0, into):
-        scan(np.broadcast_to(whole, ends.shape), ends, h0, into, "auto")
+    scan(np.broadcast_to(whole, ends.shape), ends, h0, into, "auto")
     if reverse:
         carries = np.roll(carries, -1, axis=0)  # the remainder's carry last
     if not np.isfinite(carries).all():

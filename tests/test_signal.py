@@ -122,9 +122,8 @@ def test_chunk_solver(monkeypatch):
     """`_solve` as one product with its matrix (`_solver`): the matrix against the stages on
     random end states, for filters of widths 1 to 12 over 1 to as many chunks as twice
     _SOLVE_SIDE allows (none for a filter of order above 2 whose matrix holds entries beyond
-    _SOLVE_GAIN); and
-    the filters on 1 to 3 rows through it, where `_in_rows` takes it, against the stages,
-    forward with and without zi, backward in time, and along axis 0."""
+    _SOLVE_GAIN); and the filters on 1 to 3 rows through it, where `_in_rows` takes it,
+    against the stages, forward with and without zi, backward in time, and along axis 0."""
     rng = np.random.default_rng(18)
     monkeypatch.setattr(_chunks, "_DIRECT_LENGTH", 0)
     side, few_rows = _chunks._SOLVE_SIDE, _chunks._FEW_SOLVE_ROWS
