@@ -116,23 +116,31 @@ _WHOLE_ROWS_FROM = 4096
 # multiply-adds per element, four times as many flops in complex: there the products took
 # 0.36 to 1.04 of the time of the chunked or serial method in complex64 from 2,048 steps,
 # but up to 1.53 on 256, and 0.80 to 1.73 in complex128 (benchmarks/numpy_blocked.py).
+# (One decay for every channel takes the nested products below first, up to
+# _NESTED_ELEMENTS elements.)
 _BLOCKED_FROM = 64
 _BLOCKED_ELEMENTS_FROM = 8192
 _BLOCKED_COMPLEX_FROM = {8: 2048}
 _BLOCK_BYTES = 128
 _MIN_BLOCK = 8
 _BLOCK_SHARE = 4
-# A scan of _MIN_POWERS_LENGTH to _POWERS_LENGTH steps whose decay is one number for every
-# step and channel is one product with the matrix of its powers (`_powers_product`) where
-# that costs at most _POWERS_WORK multiply-adds (steps squared times channels): so are
-# `_blocked`'s carries over its chunks. Against up to 64 steps and 16,384 elements,
-# alternated (ad hoc), one channel of 100 to 4,096 steps took 0.54 to 0.82 of the time
-# forward and 0.63 to 0.94 backward, 8 to 64 channels of 128 steps 0.70 to 0.90, and 16 of
-# 256 1.08 and 0.89. Against the serial loop and Hillis and Steele's scan, on 1 and 16
-# channels, it took 0.35 to 1.00 from 8 steps, but 1.02 to 1.26 on 1 to 4.
+# A scan whose decay is one number for every step and channel is, from _MIN_POWERS_LENGTH
+# steps, one product with the matrix of its powers where that costs at most _POWERS_WORK
+# multiply-adds (steps squared times channels) on at most _POWERS_LENGTH steps, and
+# otherwise, on up to _NESTED_ELEMENTS elements, products over blocks of _NESTED_BLOCK steps
+# nested to the same (`_nested`); so are `_blocked`'s carries over its chunks. The single
+# product, against up to 64 steps and 16,384 elements, alternated (ad hoc): one channel of
+# 100 to 4,096 steps took 0.54 to 0.82 of the time forward and 0.63 to 0.94 backward, 8 to
+# 64 channels of 128 steps 0.70 to 0.90, and 16 of 256 1.08 and 0.89; against the serial
+# loop and Hillis and Steele's scan, on 1 and 16 channels, 0.35 to 1.00 from 8 steps, but
+# 1.02 to 1.26 on 1 to 4. The nested products against the blocked, chunked, doubling or
+# serial scan: benchmarks/numpy_nested.py; on more elements, time-major operands of 64
+# channels or more took up to 3.3 times their time (their rows are copied; ad hoc).
 _MIN_POWERS_LENGTH = 8
 _POWERS_LENGTH = 256
 _POWERS_WORK = 1 << 20
+_NESTED_BLOCK = 16
+_NESTED_ELEMENTS = 1 << 16
 _BLOCK_ELEMENTS = 65536
 _MIN_BLOCK_ROWS = 256
 # Short scans of few bytes take Hillis and Steele's scan (`_doubling`): ceil(log2 T)
@@ -400,8 +408,8 @@ def _initial(initial_state, channel_shape, dtype):
 def scan(a, x, h0, out, method: str) -> None:
     """Fill ``out`` (T, ...) with the recurrence, starting from ``h0``."""
     length = a.shape[0]
-    if method != "serial" and a.size and _one_decay(a) and _powers_product(
-            a[(0,) * a.ndim], x, h0, out):
+    if method != "serial" and a.size and _one_decay(a) and _nested(a[(0,) * a.ndim], x, h0,
+                                                                   out):
         return
     blocked = method != "serial" and _blocked_layout(a, x, out)
     doubling = method != "serial" and _doubles(length, out)
@@ -418,31 +426,97 @@ def scan(a, x, h0, out, method: str) -> None:
         _in_cache(a, x, h0, out)
 
 
-def _powers_product(decay, x, h0, out) -> bool:
-    """The scan of ``x`` with one ``decay`` (a NumPy scalar) for every step and channel, of
-    _MIN_POWERS_LENGTH to _POWERS_LENGTH steps and _POWERS_WORK multiply-adds, as one
-    product with the lower-triangular matrix of its powers (`_scalar_block_matrices`,
-    transposed), the initial state times its powers added. Returns False, having written
-    nothing useful, where the operands are larger or the result is not all finite (the
-    product spreads an infinity or NaN over the whole scan)."""
+def _nested(decay, x, h0, out) -> bool:
+    """The scan of ``x`` with one ``decay`` (a NumPy scalar) for every step and channel,
+    from _MIN_POWERS_LENGTH steps: one product with the lower-triangular matrix of its powers
+    where that costs at most _POWERS_WORK multiply-adds on at most _POWERS_LENGTH steps (on
+    the operand as it lies), otherwise on up to _NESTED_ELEMENTS elements products over
+    nested blocks (`_nested_rows`) on a copy of the channels' rows. Returns False, having
+    written nothing useful, where the operands are shorter or larger or the result is not
+    all finite (a product spreads an infinity or NaN over its block)."""
     length = x.shape[0]
-    if not _MIN_POWERS_LENGTH <= length <= _POWERS_LENGTH or length * length * math.prod(
-            out.shape[1:]) > _POWERS_WORK:
+    single = _single_product(length, x.size)
+    if length < _MIN_POWERS_LENGTH or not (single or x.size <= _NESTED_ELEMENTS):
         return False
     if out.size == 0:
         return True
-    decay = np.reshape(decay, 1)
-    matrices = _scalar_block_matrices(decay.dtype.str, decay.tobytes(), (1,), length,
-                                      out.dtype.str)
+    columns = np.reshape(x, (length, -1))
+    with Scratch() as scratch:
+        if single:
+            matrices = _powers_matrices(decay, length, out.dtype)
+            if matrices is None:
+                return False
+            powers, weights = matrices
+            result = np.matmul(weights.T, columns, out=scratch.empty(columns.shape, out.dtype))
+            result += np.multiply.outer(powers, np.reshape(h0, -1))
+        else:
+            rows = out.T if out.ndim == 2 else scratch.empty(columns.shape[::-1], out.dtype)
+            if not _nested_rows(decay, columns.T, np.reshape(h0, -1), rows, scratch):
+                return False
+            result = rows.T
+        if not np.isfinite(np.add.reduce(result, axis=None)):
+            return False
+        if single or out.ndim > 2:
+            np.copyto(out, result.reshape(out.shape), casting="unsafe")
+    return True
+
+
+def _nested_rows(decay, v, h0, into, scratch: Scratch) -> bool:
+    """The scan of the rows ``v`` (rows, steps) with one ``decay`` from ``h0`` (rows; None:
+    from rest), written into ``into`` (of ``v``'s shape): one product with the matrix of the
+    powers of ``decay`` where `_single_product` says so; otherwise blocks of _NESTED_BLOCK
+    steps, in a copy from ``scratch``: their end states from rest (a product with the
+    matrix's last column) are scanned over the blocks with the decay over a block, in
+    double precision (`_dtypes.carry`), and each block is then one product from the state
+    entering it. False where the matrices are not all finite."""
+    count, steps = v.shape
+    dtype = into.dtype
+    block = steps if _single_product(steps, v.size) else min(steps, _NESTED_BLOCK)
+    matrices = _powers_matrices(decay, block, dtype)
     if matrices is None:
         return False
     powers, weights = matrices
-    product = weights[0].T @ x.reshape(length, -1)
-    product += np.multiply.outer(powers[0], np.reshape(h0, -1)).astype(out.dtype, copy=False)
-    if not np.isfinite(np.add.reduce(product, axis=None)):
+    if block == steps:
+        np.matmul(v, weights, out=into)
+        if h0 is not None:
+            into += np.multiply.outer(h0, powers)
+        return True
+    blocks = -(-steps // block)
+    padded = scratch.empty((count, blocks, block), dtype)
+    flat = padded.reshape(count, -1)
+    np.copyto(flat[:, :steps], v, casting="unsafe")
+    flat[:, steps:] = 0
+    if h0 is not None:
+        padded[:, 0, 0] += decay * h0
+    # The blocks' end states from rest, scanned over the blocks: the state entering each.
+    ends = np.matmul(padded[:, :-1], weights[:, -1]).astype(powers.dtype, copy=False)
+    starts = scratch.empty(ends.shape, powers.dtype)
+    if not _nested_rows(powers[-1], ends, None, starts, scratch):
         return False
-    np.copyto(out, product.reshape(out.shape), casting="unsafe")
+    # A state c entering a block adds a**(t + 1) * c at its step t: a * c added to its first
+    # step before the product gives it.
+    padded[:, 1:, 0] += decay * starts
+    if steps % block == 0 and into.strides[-1] == into.itemsize:  # BLAS writes it
+        np.matmul(padded, weights, out=into.reshape(count, blocks, block))
+    else:
+        result = np.matmul(padded, weights, out=scratch.empty(padded.shape, dtype))
+        np.copyto(into, result.reshape(count, -1)[:, :steps])
     return True
+
+
+def _single_product(steps: int, size: int) -> bool:
+    """Whether a scan of one decay over ``steps`` steps of ``size`` elements in all is one
+    product with the matrix of its powers (_POWERS_LENGTH, _POWERS_WORK)."""
+    return steps <= _POWERS_LENGTH and steps * size <= _POWERS_WORK
+
+
+def _powers_matrices(decay, steps: int, dtype) -> tuple | None:
+    """`_scalar_block_matrices` of the NumPy scalar ``decay`` for ``steps`` steps in
+    ``dtype``: its powers ``a**(k + 1)`` (double precision) and the upper-triangular matrix
+    ``W[s, t] = a**(t - s)``; None where they are not all finite."""
+    matrices = _scalar_block_matrices(decay.dtype.str, decay.tobytes(), (1,), steps,
+                                      np.dtype(dtype).str)
+    return None if matrices is None else (matrices[0][0], matrices[1][0])
 
 
 def _blocked_layout(a, x, out) -> bool:

@@ -736,18 +736,27 @@ def returned(monkeypatch, module, name: str) -> list:
     return results
 
 
-def test_numpy_powers_product(monkeypatch):
-    """A short scan of one decay for every step and channel is one product with the matrix of
-    its powers: the reference's results forward and backward, in every float dtype, along either
-    axis, both directions, from an initial state, from _MIN_POWERS_LENGTH up to _POWERS_LENGTH
-    steps (the blocked scan's carries among them); where a sample is not finite, or the state
-    overflows, the scan carries it as the serial loop does."""
+@pytest.mark.parametrize("nested", [False, True])
+def test_numpy_nested(monkeypatch, nested):
+    """A scan of one decay for every step and channel is one product with the matrix of its
+    powers where short (``nested`` False: _MIN_POWERS_LENGTH up to _POWERS_LENGTH steps), and
+    products over nested blocks on up to _NESTED_ELEMENTS elements (``nested``, with blocks
+    of 4 steps and single products of at most 8, so that the blocks nest several deep): the
+    reference's results forward and backward, in every float dtype, along either axis, both
+    directions, from an initial state, lengths the blocks do not divide; where a sample is
+    not finite, or the state overflows, the scan carries it as the serial loop does."""
     from cuscan import _numpy_backend
 
-    ran = returned(monkeypatch, _numpy_backend, "_powers_product")
+    if nested:
+        monkeypatch.setattr(_numpy_backend, "_NESTED_BLOCK", 4)
+        monkeypatch.setattr(_numpy_backend, "_POWERS_LENGTH", 8)
+        lengths = (9, 67, 301)
+    else:
+        lengths = (_numpy_backend._MIN_POWERS_LENGTH, 17, _numpy_backend._POWERS_LENGTH)
+    ran = returned(monkeypatch, _numpy_backend, "_nested")
     numpy = Backend("numpy")
     rng = np.random.default_rng(43)
-    for length in (_numpy_backend._MIN_POWERS_LENGTH, 17, _numpy_backend._POWERS_LENGTH):
+    for length in lengths:
         for dtype in ("float16", "float32", "float64", "complex64", "complex128"):
             for shape, axis in (((length,), 0), ((3, length), -1), ((length, 4, 2), 0)):
                 for reverse in (False, True):
@@ -765,26 +774,36 @@ def test_numpy_powers_product(monkeypatch):
                     expected = reference.linear_recurrence(np.conj(decays), weights, **flipped)
                     scale = reference.error_scale(decays, weights, **flipped)
                     assert_close(grads[1], expected, scale, grads[1].dtype, length)
-    # A decay per channel takes the other methods; a longer scan of one decay takes the
-    # blocked scan, whose carries over its few chunks are such a product; a shorter one the
-    # serial loop.
-    impulses = rng.uniform(-1, 1, (3, _numpy_backend._POWERS_LENGTH + 1))
-    for decays, taken in ((np.full((3, 1), 0.9), []), (0.9, [False, True])):
-        ran.clear()
-        check(numpy, decays, impulses, axis=-1)
-        assert ran == taken
-    ran.clear()
-    check(numpy, 0.9, impulses[:, :_numpy_backend._MIN_POWERS_LENGTH - 1], axis=-1)
-    assert ran == [False]
     # Not finite: a NaN from its step on, and a state overflowing as the serial loop's does.
-    impulses = rng.uniform(-1, 1, (20, 3))
-    impulses[7, 1] = np.nan
-    for decays, x in ((0.9, impulses), (1e30, np.full((20, 3), 1e30))):
+    length = lengths[-1]
+    impulses = rng.uniform(-1, 1, (length, 3))
+    impulses[length // 2, 1] = np.nan
+    for decays, x in ((0.9, impulses), (1e30, np.full((length, 3), 1e30))):
         ran.clear()
         result = cuscan.linear_recurrence(decays, x)
-        assert ran == [False]
-        np.testing.assert_array_equal(result, cuscan.linear_recurrence(decays, x,
-                                                                       method="serial"))
+        assert ran[0] is False
+        np.testing.assert_allclose(result, cuscan.linear_recurrence(decays, x, method="serial"),
+                                   rtol=1e-12)
+
+
+def test_numpy_nested_rule(monkeypatch):
+    """Which scans take `_nested`: one decay for every step and channel from
+    _MIN_POWERS_LENGTH steps, up to _NESTED_ELEMENTS elements or as one product; beyond, the
+    blocked scan, whose carries over its chunks take it; a decay per channel never."""
+    from cuscan import _numpy_backend
+
+    ran = returned(monkeypatch, _numpy_backend, "_nested")
+    numpy = Backend("numpy")
+    rng = np.random.default_rng(44)
+    most = _numpy_backend._NESTED_ELEMENTS
+    for decays, shape, taken in ((np.full((3, 1), 0.9), (3, 1000), []),
+                                 (0.9, (3, most // 3), [True]),
+                                 (0.9, (3, most // 3 + 1), [False, True]),
+                                 (0.9, (1, 4 * most), [False, True]),
+                                 (0.9, (3, _numpy_backend._MIN_POWERS_LENGTH - 1), [False])):
+        ran.clear()
+        check(numpy, decays, rng.uniform(-1, 1, shape), axis=-1)
+        assert ran[:len(taken)] == taken, (shape, ran)
 
 
 def test_numpy_blocked(monkeypatch):
@@ -799,7 +818,8 @@ def test_numpy_blocked(monkeypatch):
     monkeypatch.setattr(_numpy_backend, "_BLOCKED_ELEMENTS_FROM", 16)
     monkeypatch.setattr(_numpy_backend, "_BLOCK_ELEMENTS", 200)
     monkeypatch.setattr(_numpy_backend, "_BLOCKED_COMPLEX_FROM", {8: 0, 16: 0})
-    monkeypatch.setattr(_numpy_backend, "_POWERS_LENGTH", 0)  # `test_numpy_powers_product`'s
+    monkeypatch.setattr(_numpy_backend, "_NESTED_ELEMENTS", 0)  # `test_numpy_nested`'s
+    monkeypatch.setattr(_numpy_backend, "_POWERS_LENGTH", 0)
     ran = returned(monkeypatch, _numpy_backend, "_blocked")
     numpy = Backend("numpy")
     rng = np.random.default_rng(41)
@@ -865,6 +885,7 @@ def test_numpy_blocked(monkeypatch):
     # Complex operands take the chunked or serial method but complex64 from 2,048 steps
     # (_BLOCKED_COMPLEX_FROM).
     monkeypatch.undo()
+    monkeypatch.setattr(_numpy_backend, "_NESTED_ELEMENTS", 0)
     ran = returned(monkeypatch, _numpy_backend, "_blocked")
     for dtype, length, expected in (("complex64", 2047, []), ("complex64", 2048, [True]),
                                     ("complex128", 10**5, []), ("float32", 300, [True])):

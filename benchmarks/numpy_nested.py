@@ -1,0 +1,125 @@
+"""The NumPy backend's nested products: scans of one decay on few elements.
+
+A scan whose decay is one number for every step and channel (an exponential moving
+average, a time-invariant filter's pole) is, from `_MIN_POWERS_LENGTH` steps up to
+`_NESTED_ELEMENTS` elements, products with the matrices of the decay's powers over
+blocks of `_NESTED_BLOCK` steps, the blocks' end states scanned the same way in turn
+(`_nested`); shorter scans are one such product, as before. Without it, such operands
+take the blocked scan (time-contiguous ones) or the chunked, doubling or serial scan.
+
+Times `method="auto"` forward and the vector-Jacobian product with the nested products
+at any size against without them (`_NESTED_ELEMENTS` 0: the single products stay),
+alternated in one process (so a loaded machine slows both alike), on (channels, T)
+arrays along axis -1 and (T, channels) along axis 0 of 1,024 to 65,536 elements in four
+dtypes; prints nested / without and whether the rule takes the products. Then the block
+length: `_NESTED_BLOCK` of 8, 16 and 32 steps, each over the chosen one's, where the rule
+takes them. Writes results/numpy_nested.json.
+
+    python -m benchmarks.numpy_nested
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+import cuscan
+from benchmarks._common import alternated, alternated_settings, environment, without_options, write
+from cuscan import _numpy_backend
+
+DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
+# (channels, steps) and the time axis: -1 for (channels, T), 0 for (T, channels).
+SHAPES = [((1, 1024), -1), ((1, 4096), -1), ((1, 8192), -1), ((1, 16384), -1),
+          ((1, 32768), -1), ((1, 65536), -1), ((2, 8192), -1), ((4, 2048), -1),
+          ((4, 4096), -1), ((4, 8192), -1), ((8, 2048), -1), ((16, 1024), -1),
+          ((64, 256), -1), ((2, 2048), 0), ((4, 4096), 0), ((4, 8192), 0), ((8, 1024), 0),
+          ((16, 1024), 0), ((32, 512), 0), ((64, 256), 0)]
+BLOCKS = (8, 16, 32)
+REPEATS = 20
+
+
+def passes(rng, shape, axis: int, dtype) -> dict:
+    """The forward scan and its vector-Jacobian product with one decay, on a (channels, T)
+    array along axis -1 or its (T, channels) transpose along axis 0."""
+    x = rng.standard_normal(shape).astype(dtype)
+    if axis == 0:
+        x = np.ascontiguousarray(x.T)
+    a = np.asarray(rng.uniform(0.9, 0.999), dtype)
+    h = cuscan.linear_recurrence(a, x, axis=axis)
+    return {"forward": functools.partial(cuscan.linear_recurrence, a, x, axis=axis),
+            "vjp": functools.partial(cuscan.linear_recurrence_vjp, x, a, h, axis=axis)}
+
+
+def label(shape, axis: int) -> str:
+    channels, steps = shape
+    return f"{channels}x{steps}" if axis == -1 else f"{steps}x{channels} ax0"
+
+
+def threshold(rng) -> list:
+    """The nested products at any size against without them, forward and vjp."""
+    settings = {"nested": {(_numpy_backend, "_NESTED_ELEMENTS"): math.inf},
+                "without": {(_numpy_backend, "_NESTED_ELEMENTS"): 0}}
+    print("nested (at any size) / without, forward and vjp; < 1 means the nested products "
+          "are faster; rule: whether method auto takes them")
+    print(f"{'shape':>14} {'dtype':>10} {'forward':>8} {'vjp':>6} {'without (us)':>13} "
+          f"{'rule':>5}")
+    rows = []
+    for shape, axis in SHAPES:
+        for dtype in DTYPES:
+            row = {"shape": list(shape), "axis": axis, "dtype": np.dtype(dtype).name,
+                   "rule": math.prod(shape) <= _numpy_backend._NESTED_ELEMENTS}
+            for name, call in passes(rng, shape, axis, dtype).items():
+                best = alternated_settings(call, settings, REPEATS)
+                row.update({f"{name}_{s}_s": best[s] for s in settings})
+            rows.append(row)
+            print(f"{label(shape, axis):>14} {np.dtype(dtype).name:>10} "
+                  f"{row['forward_nested_s'] / row['forward_without_s']:>8.2f} "
+                  f"{row['vjp_nested_s'] / row['vjp_without_s']:>6.2f} "
+                  f"{row['forward_without_s'] * 1e6:>13.0f} {'yes' if row['rule'] else 'no':>5}",
+                  flush=True)
+    return rows
+
+
+def block_lengths(rng) -> list:
+    """Each `_NESTED_BLOCK` against the chosen one, forward and backward, where the rule
+    takes the nested products."""
+    chosen = _numpy_backend._NESTED_BLOCK
+    settings = {size: size for size in BLOCKS}
+    print(f"\nblock length: time / time at the chosen {chosen} steps, forward and vjp")
+    print(f"{'shape':>14} {'dtype':>10} " + " ".join(f"{b:>11}" for b in BLOCKS)
+          + f" {'chosen (us)':>12}")
+    rows = []
+    for shape, axis in SHAPES:
+        if math.prod(shape) > _numpy_backend._NESTED_ELEMENTS:
+            continue
+        for dtype in DTYPES:
+            row = {"shape": list(shape), "axis": axis, "dtype": np.dtype(dtype).name}
+            for name, call in passes(rng, shape, axis, dtype).items():
+                best = alternated(call, _numpy_backend, "_NESTED_BLOCK", settings, REPEATS)
+                row[f"{name}_s"] = {str(size): best[size] for size in BLOCKS}
+            rows.append(row)
+            ratios = " ".join(
+                f"{row['forward_s'][str(b)] / row['forward_s'][str(chosen)]:>5.2f} "
+                f"{row['vjp_s'][str(b)] / row['vjp_s'][str(chosen)]:>5.2f}" for b in BLOCKS)
+            print(f"{label(shape, axis):>14} {np.dtype(dtype).name:>10} {ratios} "
+                  f"{row['forward_s'][str(chosen)] * 1e6:>12.0f}", flush=True)
+    return rows
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    rows = threshold(rng)
+    lengths = block_lengths(rng)
+    path = write("numpy_nested", {
+        "environment": environment(), "nested_elements": _numpy_backend._NESTED_ELEMENTS,
+        "nested_block": _numpy_backend._NESTED_BLOCK,
+        "powers_length": _numpy_backend._POWERS_LENGTH,
+        "powers_work": _numpy_backend._POWERS_WORK, "rows": rows, "block_lengths": lengths})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    without_options(__doc__)
+    main()
