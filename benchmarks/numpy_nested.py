@@ -4,8 +4,9 @@ A scan whose decay is one number for every step and channel (an exponential movi
 average, a time-invariant filter's pole) is, from `_MIN_POWERS_LENGTH` steps up to
 `_NESTED_ELEMENTS` elements, products with the matrices of the decay's powers over
 blocks of `_NESTED_BLOCK` steps, the blocks' end states scanned the same way in turn
-(`_nested`); shorter scans are one such product, as before. Without it, such operands
-take the blocked scan (time-contiguous ones) or the chunked, doubling or serial scan.
+(`_nested`); scans of at most `_POWERS_LENGTH` steps and `_POWERS_WORK` multiply-adds are
+one such product. Without the nested products, the others take the blocked scan
+(time-contiguous operands) or the chunked, doubling or serial scan.
 
 Times `method="auto"` forward and the vector-Jacobian product with the nested products
 at any size against without them (`_NESTED_ELEMENTS` 0: the single products stay),
@@ -13,7 +14,9 @@ alternated in one process (so a loaded machine slows both alike), on (channels, 
 arrays along axis -1 and (T, channels) along axis 0 of 1,024 to 65,536 elements in four
 dtypes; prints nested / without and whether the rule takes the products. Then the block
 length: `_NESTED_BLOCK` of 8, 16 and 32 steps, each over the chosen one's, where the rule
-takes them. Writes results/numpy_nested.json.
+takes them; and the most multiply-adds of an inner level's single product
+(`_NESTED_WORK`, where a level of blocks costs a dozen NumPy steps), 2^14 to 2^20, in real
+dtypes. Writes results/numpy_nested.json.
 
     python -m benchmarks.numpy_nested
 """
@@ -37,6 +40,7 @@ SHAPES = [((1, 1024), -1), ((1, 4096), -1), ((1, 8192), -1), ((1, 16384), -1),
           ((64, 256), -1), ((2, 2048), 0), ((4, 4096), 0), ((4, 8192), 0), ((8, 1024), 0),
           ((16, 1024), 0), ((32, 512), 0), ((64, 256), 0)]
 BLOCKS = (8, 16, 32)
+WORKS = (1 << 14, 1 << 16, 1 << 18, 1 << 20)
 REPEATS = 20
 
 
@@ -108,15 +112,45 @@ def block_lengths(rng) -> list:
     return rows
 
 
+def inner_work(rng) -> list:
+    """Each `_NESTED_WORK` (the most multiply-adds of an inner level's single product)
+    against the chosen one, forward and backward, where the rule takes the nested
+    products."""
+    chosen = _numpy_backend._NESTED_WORK
+    settings = {work: work for work in WORKS}
+    print(f"\ninner single products: time / time at the chosen 2^{chosen.bit_length() - 1}"
+          " multiply-adds, forward and vjp")
+    print(f"{'shape':>14} {'dtype':>10} " + " ".join(
+        f"{'2^' + str(w.bit_length() - 1):>11}" for w in WORKS) + f" {'chosen (us)':>12}")
+    rows = []
+    for shape, axis in SHAPES:
+        if math.prod(shape) > _numpy_backend._NESTED_ELEMENTS:
+            continue
+        for dtype in (np.float32, np.float64):
+            row = {"shape": list(shape), "axis": axis, "dtype": np.dtype(dtype).name}
+            for name, call in passes(rng, shape, axis, dtype).items():
+                best = alternated(call, _numpy_backend, "_NESTED_WORK", settings, REPEATS)
+                row[f"{name}_s"] = {str(work): best[work] for work in WORKS}
+            rows.append(row)
+            ratios = " ".join(
+                f"{row['forward_s'][str(w)] / row['forward_s'][str(chosen)]:>5.2f} "
+                f"{row['vjp_s'][str(w)] / row['vjp_s'][str(chosen)]:>5.2f}" for w in WORKS)
+            print(f"{label(shape, axis):>14} {np.dtype(dtype).name:>10} {ratios} "
+                  f"{row['forward_s'][str(chosen)] * 1e6:>12.0f}", flush=True)
+    return rows
+
+
 def main() -> None:
     rng = np.random.default_rng(0)
     rows = threshold(rng)
     lengths = block_lengths(rng)
+    works = inner_work(rng)
     path = write("numpy_nested", {
         "environment": environment(), "nested_elements": _numpy_backend._NESTED_ELEMENTS,
         "nested_block": _numpy_backend._NESTED_BLOCK,
         "powers_length": _numpy_backend._POWERS_LENGTH,
-        "powers_work": _numpy_backend._POWERS_WORK, "rows": rows, "block_lengths": lengths})
+        "powers_work": _numpy_backend._POWERS_WORK, "nested_work": _numpy_backend._NESTED_WORK,
+        "rows": rows, "block_lengths": lengths, "inner_work": works})
     print(f"wrote {path}")
 
 

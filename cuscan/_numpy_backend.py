@@ -141,6 +141,7 @@ _POWERS_LENGTH = 256
 _POWERS_WORK = 1 << 20
 _NESTED_BLOCK = 16
 _NESTED_ELEMENTS = 1 << 16
+_NESTED_WORK = 1 << 16
 _BLOCK_ELEMENTS = 65536
 _MIN_BLOCK_ROWS = 256
 # Short scans of few bytes take Hillis and Steele's scan (`_doubling`): ceil(log2 T)
@@ -464,14 +465,16 @@ def _nested(decay, x, h0, out) -> bool:
 def _nested_rows(decay, v, h0, into, scratch: Scratch) -> bool:
     """The scan of the rows ``v`` (rows, steps) with one ``decay`` from ``h0`` (rows; None:
     from rest), written into ``into`` (of ``v``'s shape): one product with the matrix of the
-    powers of ``decay`` where `_single_product` says so; otherwise blocks of _NESTED_BLOCK
-    steps, in a copy from ``scratch``: their end states from rest (a product with the
-    matrix's last column) are scanned over the blocks with the decay over a block, in
-    double precision (`_dtypes.carry`), and each block is then one product from the state
-    entering it. False where the matrices are not all finite."""
+    powers of ``decay`` where that costs at most _NESTED_WORK multiply-adds on at most
+    _POWERS_LENGTH steps; otherwise blocks of _NESTED_BLOCK steps, in a copy from
+    ``scratch``: their end states from rest (a product with the matrix's last column) are
+    scanned over the blocks with the decay over a block, in double precision
+    (`_dtypes.carry`), and each block is then one product from the state entering it. False
+    where the matrices are not all finite."""
     count, steps = v.shape
     dtype = into.dtype
-    block = steps if _single_product(steps, v.size) else min(steps, _NESTED_BLOCK)
+    single = _single_product(steps, v.size, _NESTED_WORK)
+    block = steps if single else min(steps, _NESTED_BLOCK)
     matrices = _powers_matrices(decay, block, dtype)
     if matrices is None:
         return False
@@ -504,10 +507,11 @@ def _nested_rows(decay, v, h0, into, scratch: Scratch) -> bool:
     return True
 
 
-def _single_product(steps: int, size: int) -> bool:
+def _single_product(steps: int, size: int, work: int | None = None) -> bool:
     """Whether a scan of one decay over ``steps`` steps of ``size`` elements in all is one
-    product with the matrix of its powers (_POWERS_LENGTH, _POWERS_WORK)."""
-    return steps <= _POWERS_LENGTH and steps * size <= _POWERS_WORK
+    product with the matrix of its powers: at most _POWERS_LENGTH steps and ``work``
+    multiply-adds (_POWERS_WORK)."""
+    return steps <= _POWERS_LENGTH and steps * size <= (work or _POWERS_WORK)
 
 
 def _powers_matrices(decay, steps: int, dtype) -> tuple | None:
