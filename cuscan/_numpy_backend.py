@@ -133,9 +133,13 @@ _BLOCK_SHARE = 4
 # 100 to 4,096 steps took 0.54 to 0.82 of the time forward and 0.63 to 0.94 backward, 8 to
 # 64 channels of 128 steps 0.70 to 0.90, and 16 of 256 1.08 and 0.89; against the serial
 # loop and Hillis and Steele's scan, on 1 and 16 channels, 0.35 to 1.00 from 8 steps, but
-# 1.02 to 1.26 on 1 to 4. The nested products against the blocked, chunked, doubling or
-# serial scan: benchmarks/numpy_nested.py; on more elements, time-major operands of 64
-# channels or more took up to 3.3 times their time (their rows are copied; ad hoc).
+# 1.02 to 1.26 on 1 to 4. The nested products took 0.29 to 0.89 of the blocked, chunked,
+# doubling or serial scan's time forward and 0.39 to 0.93 backward, on 1 to 64 channels of
+# 1,024 to 65,536 elements in four dtypes, both layouts; blocks of 8 or 32 steps took 0.82
+# to 1.47 of the time of 16, and inner single products up to 2^14 or 2^18 multiply-adds
+# 0.95 to 1.30 of the time up to 2^16 (benchmarks/numpy_nested.py, at 082847b). On more
+# elements, time-major operands of 64 channels or more took up to 3.3 times the time
+# (their rows are copied; ad hoc).
 _MIN_POWERS_LENGTH = 8
 _POWERS_LENGTH = 256
 _POWERS_WORK = 1 << 20
