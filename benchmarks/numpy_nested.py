@@ -2,21 +2,23 @@
 
 A scan whose decay is one number for every step and channel (an exponential moving
 average, a time-invariant filter's pole) is, from `_MIN_POWERS_LENGTH` steps up to
-`_NESTED_ELEMENTS` elements, products with the matrices of the decay's powers over
-blocks of `_NESTED_BLOCK` steps, the blocks' end states scanned the same way in turn
-(`_nested`); scans of at most `_POWERS_LENGTH` steps and `_POWERS_WORK` multiply-adds are
-one such product. Without the nested products, the others take the blocked scan
+`_NESTED_ELEMENTS` elements (`_NESTED_ROWS_ELEMENTS` on at most `_NESTED_ROWS`
+time-contiguous channels), products with the matrices of the decay's powers over blocks
+of `_NESTED_BLOCK` steps, the blocks' end states scanned the same way in turn
+(`_nested`); scans of at most `_POWERS_LENGTH` steps and `_POWERS_WORK` multiply-adds
+are one such product. Without the nested products, the others take the blocked scan
 (time-contiguous operands) or the chunked, doubling or serial scan.
 
 Times `method="auto"` forward and the vector-Jacobian product with the nested products
-at any size against without them (`_NESTED_ELEMENTS` 0: the single products stay),
+at any size against without them (both element thresholds 0: the single products stay),
 alternated in one process (so a loaded machine slows both alike), on (channels, T)
 arrays along axis -1 and (T, channels) along axis 0 of 1,024 to 65,536 elements in four
-dtypes; prints nested / without and whether the rule takes the products. Then the block
-length: `_NESTED_BLOCK` of 8, 16 and 32 steps, each over the chosen one's, where the rule
-takes them; and the most multiply-adds of an inner level's single product
-(`_NESTED_WORK`, where a level of blocks costs a dozen NumPy steps), 2^14 to 2^20, in real
-dtypes. Writes results/numpy_nested.json.
+dtypes, and of 2^17 to 2^19 elements on few and more channels; prints nested / without
+and whether the rule takes the products. Then the block length: `_NESTED_BLOCK` of 8, 16
+and 32 steps, each over the chosen one's, where the rule takes them; and the most
+multiply-adds of an inner level's single product (`_NESTED_WORK`, where a level of blocks
+costs a dozen NumPy steps), 2^14 to 2^20, in real dtypes. Writes
+results/numpy_nested.json.
 
     python -m benchmarks.numpy_nested
 """
@@ -39,6 +41,12 @@ SHAPES = [((1, 1024), -1), ((1, 4096), -1), ((1, 8192), -1), ((1, 16384), -1),
           ((4, 4096), -1), ((4, 8192), -1), ((8, 2048), -1), ((16, 1024), -1),
           ((64, 256), -1), ((2, 2048), 0), ((4, 4096), 0), ((4, 8192), 0), ((8, 1024), 0),
           ((16, 1024), 0), ((32, 512), 0), ((64, 256), 0)]
+# Beyond _NESTED_ELEMENTS: few time-contiguous channels (`_NESTED_ROWS_ELEMENTS`), more, and
+# time-major ones.
+LARGE_SHAPES = [((1, 131072), -1), ((1, 262144), -1), ((1, 524288), -1), ((2, 131072), -1),
+                ((8, 32768), -1), ((16, 16384), -1), ((32, 4096), -1), ((32, 8192), -1),
+                ((64, 4096), -1), ((65536, 2), 0), ((32768, 4), 0), ((16384, 8), 0),
+                ((4096, 32), 0)]
 BLOCKS = (8, 16, 32)
 WORKS = (1 << 14, 1 << 16, 1 << 18, 1 << 20)
 REPEATS = 20
@@ -56,6 +64,17 @@ def passes(rng, shape, axis: int, dtype) -> dict:
             "vjp": functools.partial(cuscan.linear_recurrence_vjp, x, a, h, axis=axis)}
 
 
+def rule(shape, axis: int, dtype) -> bool:
+    """Whether method auto takes the nested products (`_nests`) for the result of this shape
+    (channels, T) along ``axis``."""
+    out = np.empty(shape, dtype)
+    return _numpy_backend._nests(out.size, out.T if axis == -1 else out)
+
+
+def repeats(shape) -> int:
+    return max(5, min(REPEATS, 2 * 10**6 // math.prod(shape)))
+
+
 def label(shape, axis: int) -> str:
     channels, steps = shape
     return f"{channels}x{steps}" if axis == -1 else f"{steps}x{channels} ax0"
@@ -64,18 +83,19 @@ def label(shape, axis: int) -> str:
 def threshold(rng) -> list:
     """The nested products at any size against without them, forward and vjp."""
     settings = {"nested": {(_numpy_backend, "_NESTED_ELEMENTS"): math.inf},
-                "without": {(_numpy_backend, "_NESTED_ELEMENTS"): 0}}
+                "without": {(_numpy_backend, "_NESTED_ELEMENTS"): 0,
+                            (_numpy_backend, "_NESTED_ROWS_ELEMENTS"): 0}}
     print("nested (at any size) / without, forward and vjp; < 1 means the nested products "
           "are faster; rule: whether method auto takes them")
     print(f"{'shape':>14} {'dtype':>10} {'forward':>8} {'vjp':>6} {'without (us)':>13} "
           f"{'rule':>5}")
     rows = []
-    for shape, axis in SHAPES:
+    for shape, axis in SHAPES + LARGE_SHAPES:
         for dtype in DTYPES:
             row = {"shape": list(shape), "axis": axis, "dtype": np.dtype(dtype).name,
-                   "rule": math.prod(shape) <= _numpy_backend._NESTED_ELEMENTS}
+                   "rule": rule(shape, axis, dtype)}
             for name, call in passes(rng, shape, axis, dtype).items():
-                best = alternated_settings(call, settings, REPEATS)
+                best = alternated_settings(call, settings, repeats(shape))
                 row.update({f"{name}_{s}_s": best[s] for s in settings})
             rows.append(row)
             print(f"{label(shape, axis):>14} {np.dtype(dtype).name:>10} "
@@ -147,7 +167,8 @@ def main() -> None:
     works = inner_work(rng)
     path = write("numpy_nested", {
         "environment": environment(), "nested_elements": _numpy_backend._NESTED_ELEMENTS,
-        "nested_block": _numpy_backend._NESTED_BLOCK,
+        "nested_rows_elements": _numpy_backend._NESTED_ROWS_ELEMENTS,
+        "nested_rows": _numpy_backend._NESTED_ROWS, "nested_block": _numpy_backend._NESTED_BLOCK,
         "powers_length": _numpy_backend._POWERS_LENGTH,
         "powers_work": _numpy_backend._POWERS_WORK, "nested_work": _numpy_backend._NESTED_WORK,
         "rows": rows, "block_lengths": lengths, "inner_work": works})

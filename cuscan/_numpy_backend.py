@@ -145,6 +145,8 @@ _POWERS_LENGTH = 256
 _POWERS_WORK = 1 << 20
 _NESTED_BLOCK = 16
 _NESTED_ELEMENTS = 1 << 16
+_NESTED_ROWS_ELEMENTS = 1 << 18
+_NESTED_ROWS = 16
 _NESTED_WORK = 1 << 16
 _BLOCK_ELEMENTS = 65536
 _MIN_BLOCK_ROWS = 256
@@ -435,13 +437,13 @@ def _nested(decay, x, h0, out) -> bool:
     """The scan of ``x`` with one ``decay`` (a NumPy scalar) for every step and channel,
     from _MIN_POWERS_LENGTH steps: one product with the lower-triangular matrix of its powers
     where that costs at most _POWERS_WORK multiply-adds on at most _POWERS_LENGTH steps (on
-    the operand as it lies), otherwise on up to _NESTED_ELEMENTS elements products over
-    nested blocks (`_nested_rows`) on a copy of the channels' rows. Returns False, having
+    the operand as it lies), otherwise, where `_nests` says so, products over nested blocks
+    (`_nested_rows`) on a copy of the channels' rows. Returns False, having
     written nothing useful, where the operands are shorter or larger or the result is not
     all finite (a product spreads an infinity or NaN over its block)."""
     length = x.shape[0]
     single = _single_product(length, x.size)
-    if length < _MIN_POWERS_LENGTH or not (single or x.size <= _NESTED_ELEMENTS):
+    if length < _MIN_POWERS_LENGTH or not (single or _nests(x.size, out)):
         return False
     if out.size == 0:
         return True
@@ -456,7 +458,12 @@ def _nested(decay, x, h0, out) -> bool:
             result += np.multiply.outer(powers, np.reshape(h0, -1))
         else:
             rows = out.T if out.ndim == 2 else scratch.empty(columns.shape[::-1], out.dtype)
-            if not _nested_rows(decay, columns.T, np.reshape(h0, -1), rows, scratch):
+            # A scan backwards in memory (reverse, and every gradient) runs on the rows as
+            # they lie, from their ends, so that the products write them in place.
+            backwards = rows.strides[-1] < 0
+            order = slice(None, None, -1 if backwards else 1)
+            if not _nested_rows(decay, columns.T[:, order], np.reshape(h0, -1), rows[:, order],
+                                scratch, backwards):
                 return False
             result = rows.T
         if not np.isfinite(np.add.reduce(result, axis=None)):
@@ -466,13 +473,14 @@ def _nested(decay, x, h0, out) -> bool:
     return True
 
 
-def _nested_rows(decay, v, h0, into, scratch: Scratch) -> bool:
+def _nested_rows(decay, v, h0, into, scratch: Scratch, backwards: bool = False) -> bool:
     """The scan of the rows ``v`` (rows, steps) with one ``decay`` from ``h0`` (rows; None:
-    from rest), written into ``into`` (of ``v``'s shape): one product with the matrix of the
-    powers of ``decay`` where that costs at most _NESTED_WORK multiply-adds on at most
-    _POWERS_LENGTH steps; otherwise blocks of _NESTED_BLOCK steps, in a copy from
-    ``scratch``: their end states from rest (a product with the matrix's last column) are
-    scanned over the blocks with the decay over a block, in double precision
+    from rest), written into ``into`` (of ``v``'s shape), from the rows' ends where
+    ``backwards``: one product with the matrix of the powers of ``decay`` (transposed
+    backwards) where that costs at most _NESTED_WORK multiply-adds on at most _POWERS_LENGTH
+    steps; otherwise blocks of _NESTED_BLOCK steps (counted from the end backwards), in a
+    copy from ``scratch``: their end states from rest (a product with the matrix's last
+    column) are scanned over the blocks with the decay over a block, in double precision
     (`_dtypes.carry`), and each block is then one product from the state entering it. False
     where the matrices are not all finite."""
     count, steps = v.shape
@@ -483,32 +491,53 @@ def _nested_rows(decay, v, h0, into, scratch: Scratch) -> bool:
     if matrices is None:
         return False
     powers, weights = matrices
+    whole = powers[-1]  # the decay over a block
+    if backwards:  # h[t] = sum over s >= t of a**(s - t) x[s]
+        weights, powers = weights.T, powers[::-1]
     if block == steps:
         np.matmul(v, weights, out=into)
         if h0 is not None:
             into += np.multiply.outer(h0, powers)
         return True
     blocks = -(-steps // block)
+    pad = blocks * block - steps  # zeros after the last step: before the first backwards
     padded = scratch.empty((count, blocks, block), dtype)
     flat = padded.reshape(count, -1)
-    np.copyto(flat[:, :steps], v, casting="unsafe")
-    flat[:, steps:] = 0
+    body, rest = (flat[:, pad:], flat[:, :pad]) if backwards else (flat[:, :steps],
+                                                                    flat[:, steps:])
+    np.copyto(body, v, casting="unsafe")
+    rest[...] = 0
+    # The scan's first step (a block's too, where the state entering it comes in), the blocks
+    # before another in scan order (in memory order), and a block's last step.
+    first, leading, last = (-1, slice(1, None), 0) if backwards else (0, slice(None, -1), -1)
     if h0 is not None:
-        padded[:, 0, 0] += decay * h0
+        padded[:, first, first] += decay * h0
     # The blocks' end states from rest, scanned over the blocks: the state entering each.
-    ends = np.matmul(padded[:, :-1], weights[:, -1]).astype(powers.dtype, copy=False)
-    starts = scratch.empty(ends.shape, powers.dtype)
-    if not _nested_rows(powers[-1], ends, None, starts, scratch):
+    ends = np.matmul(padded[:, leading], weights[:, last]).astype(whole.dtype, copy=False)
+    starts = scratch.empty(ends.shape, whole.dtype)
+    if not _nested_rows(whole, ends[:, ::-1] if backwards else ends, None, starts, scratch):
         return False
-    # A state c entering a block adds a**(t + 1) * c at its step t: a * c added to its first
-    # step before the product gives it.
-    padded[:, 1:, 0] += decay * starts
-    if steps % block == 0 and into.strides[-1] == into.itemsize:  # BLAS writes it
+    # A state c entering a block adds a**(k + 1) * c at its k-th step: a * c added to its
+    # first step before the product gives it.
+    following = slice(None, -1) if backwards else slice(1, None)
+    padded[:, following, first] += decay * (starts[:, ::-1] if backwards else starts)
+    if pad == 0 and into.strides[-1] == into.itemsize:  # BLAS writes it
         np.matmul(padded, weights, out=into.reshape(count, blocks, block))
     else:
         result = np.matmul(padded, weights, out=scratch.empty(padded.shape, dtype))
-        np.copyto(into, result.reshape(count, -1)[:, :steps])
+        result = result.reshape(count, -1)
+        np.copyto(into, result[:, pad:] if backwards else result[:, :steps])
     return True
+
+
+def _nests(size: int, out) -> bool:
+    """Whether `_nested` takes a scan of ``size`` elements into the time-first ``out`` as
+    nested products: up to _NESTED_ELEMENTS elements, or _NESTED_ROWS_ELEMENTS on at most
+    _NESTED_ROWS channels whose steps lie contiguous (which the products write in place)."""
+    if size <= _NESTED_ELEMENTS:
+        return True
+    return (size <= _NESTED_ROWS_ELEMENTS and abs(out.strides[0]) == out.itemsize
+            and size // out.shape[0] <= _NESTED_ROWS)
 
 
 def _single_product(steps: int, size: int, work: int | None = None) -> bool:

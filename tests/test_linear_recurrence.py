@@ -788,21 +788,26 @@ def test_numpy_nested(monkeypatch, nested):
 
 def test_numpy_nested_rule(monkeypatch):
     """Which scans take `_nested`: one decay for every step and channel from
-    _MIN_POWERS_LENGTH steps, up to _NESTED_ELEMENTS elements or as one product; beyond, the
+    _MIN_POWERS_LENGTH steps, up to _NESTED_ELEMENTS elements or as one product, and up to
+    _NESTED_ROWS_ELEMENTS on at most _NESTED_ROWS time-contiguous channels; beyond, the
     blocked scan, whose carries over its chunks take it; a decay per channel never."""
     from cuscan import _numpy_backend
 
     ran = returned(monkeypatch, _numpy_backend, "_nested")
     numpy = Backend("numpy")
     rng = np.random.default_rng(44)
-    most = _numpy_backend._NESTED_ELEMENTS
-    for decays, shape, taken in ((np.full((3, 1), 0.9), (3, 1000), []),
-                                 (0.9, (3, most // 3), [True]),
-                                 (0.9, (3, most // 3 + 1), [False, True]),
-                                 (0.9, (1, 4 * most), [False, True]),
-                                 (0.9, (3, _numpy_backend._MIN_POWERS_LENGTH - 1), [False])):
+    most, rows = _numpy_backend._NESTED_ELEMENTS, _numpy_backend._NESTED_ROWS
+    rows_most = _numpy_backend._NESTED_ROWS_ELEMENTS
+    for decays, shape, axis, taken in (
+            (np.full((3, 1), 0.9), (3, 1000), -1, []),
+            (0.9, (most // 4, 4), 0, [True]),
+            (0.9, (most // 4 + 1, 4), 0, [False]),  # time-major: the chunked scan
+            (0.9, (rows, rows_most // rows), -1, [True]),
+            (0.9, (rows + 1, most // rows), -1, [False, True]),  # the blocked scan's carries
+            (0.9, (1, rows_most + 1), -1, [False, True]),
+            (0.9, (3, _numpy_backend._MIN_POWERS_LENGTH - 1), -1, [False])):
         ran.clear()
-        check(numpy, decays, rng.uniform(-1, 1, shape), axis=-1)
+        check(numpy, decays, rng.uniform(-1, 1, shape), axis=axis)
         assert ran[:len(taken)] == taken, (shape, ran)
 
 
@@ -819,6 +824,7 @@ def test_numpy_blocked(monkeypatch):
     monkeypatch.setattr(_numpy_backend, "_BLOCK_ELEMENTS", 200)
     monkeypatch.setattr(_numpy_backend, "_BLOCKED_COMPLEX_FROM", {8: 0, 16: 0})
     monkeypatch.setattr(_numpy_backend, "_NESTED_ELEMENTS", 0)  # `test_numpy_nested`'s
+    monkeypatch.setattr(_numpy_backend, "_NESTED_ROWS_ELEMENTS", 0)
     monkeypatch.setattr(_numpy_backend, "_POWERS_LENGTH", 0)
     ran = returned(monkeypatch, _numpy_backend, "_blocked")
     numpy = Backend("numpy")
@@ -886,6 +892,7 @@ def test_numpy_blocked(monkeypatch):
     # (_BLOCKED_COMPLEX_FROM).
     monkeypatch.undo()
     monkeypatch.setattr(_numpy_backend, "_NESTED_ELEMENTS", 0)
+    monkeypatch.setattr(_numpy_backend, "_NESTED_ROWS_ELEMENTS", 0)
     ran = returned(monkeypatch, _numpy_backend, "_blocked")
     for dtype, length, expected in (("complex64", 2047, []), ("complex64", 2048, [True]),
                                     ("complex128", 10**5, []), ("float32", 300, [True])):
