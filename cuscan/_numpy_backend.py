@@ -127,19 +127,22 @@ _BLOCK_SHARE = 4
 # A scan whose decay is one number for every step and channel is, from _MIN_POWERS_LENGTH
 # steps, one product with the matrix of its powers where that costs at most _POWERS_WORK
 # multiply-adds (steps squared times channels) on at most _POWERS_LENGTH steps, and
-# otherwise, on up to _NESTED_ELEMENTS elements, products over blocks of _NESTED_BLOCK steps
-# nested to the same (`_nested`); so are `_blocked`'s carries over its chunks. The single
-# product, against up to 64 steps and 16,384 elements, alternated (ad hoc): one channel of
-# 100 to 4,096 steps took 0.54 to 0.82 of the time forward and 0.63 to 0.94 backward, 8 to
-# 64 channels of 128 steps 0.70 to 0.90, and 16 of 256 1.08 and 0.89; against the serial
-# loop and Hillis and Steele's scan, on 1 and 16 channels, 0.35 to 1.00 from 8 steps, but
-# 1.02 to 1.26 on 1 to 4. The nested products took 0.29 to 0.89 of the blocked, chunked,
-# doubling or serial scan's time forward and 0.39 to 0.93 backward, on 1 to 64 channels of
-# 1,024 to 65,536 elements in four dtypes, both layouts; blocks of 8 or 32 steps took 0.82
-# to 1.47 of the time of 16, and inner single products up to 2^14 or 2^18 multiply-adds
-# 0.95 to 1.30 of the time up to 2^16 (benchmarks/numpy_nested.py, at 082847b). On more
-# elements, time-major operands of 64 channels or more took up to 3.3 times the time
-# (their rows are copied; ad hoc).
+# otherwise, on up to _NESTED_ELEMENTS elements, or _NESTED_ROWS_ELEMENTS on at most
+# _NESTED_ROWS channels whose steps lie contiguous, products over blocks of _NESTED_BLOCK
+# steps nested to the same, of at most _NESTED_WORK multiply-adds (`_nested`); so are
+# `_blocked`'s carries over its chunks. The single product, against up to 64 steps and
+# 16,384 elements, alternated (ad hoc): one channel of 100 to 4,096 steps took 0.54 to 0.82
+# of the time forward and 0.63 to 0.94 backward, 8 to 64 channels of 128 steps 0.70 to
+# 0.90, and 16 of 256 1.08 and 0.89; against the serial loop and Hillis and Steele's scan,
+# on 1 and 16 channels, 0.35 to 1.00 from 8 steps, but 1.02 to 1.26 on 1 to 4. The nested
+# products took 0.29 to 0.91 of the blocked, chunked, doubling or serial scan's time forward
+# and 0.40 to 0.97 backward on 1 to 64 channels of 1,024 to 65,536 elements, either layout,
+# four dtypes, and 0.42 to 0.90 and 0.64 to 0.93 on 1 to 16 time-contiguous channels of
+# 2^17 and 2^18; beyond, up to 1.43 and 1.58 (32 or 64 such channels, complex128), and on
+# time-major channels forward 0.68 to 1.24 but backward 0.89 to 1.18. Blocks of 8 or 32
+# steps took 0.75 to 1.34 of the time of 16 (geometric means 1.04 and 1.03), inner single
+# products up to 2^14 or 2^18 multiply-adds 0.84 to 1.23 of the time up to 2^16
+# (benchmarks/numpy_nested.py, at aad2546).
 _MIN_POWERS_LENGTH = 8
 _POWERS_LENGTH = 256
 _POWERS_WORK = 1 << 20
