@@ -516,7 +516,10 @@ def _nested_rows(decay, v, h0, into, scratch: Scratch, backwards: bool = False) 
     if h0 is not None:
         padded[:, first, first] += decay * h0
     # The blocks' end states from rest, scanned over the blocks: the state entering each.
-    ends = np.matmul(padded[:, leading], weights[:, last]).astype(whole.dtype, copy=False)
+    # (Every row's blocks in one product, one BLAS call: a stack of rows is a call a row.)
+    blocked = flat.reshape(-1, block)
+    ends = (blocked @ weights[:, last]).reshape(count, blocks)[:, leading]
+    ends = ends.astype(whole.dtype, copy=False)
     starts = scratch.empty(ends.shape, whole.dtype)
     if not _nested_rows(whole, ends[:, ::-1] if backwards else ends, None, starts, scratch):
         return False
@@ -524,10 +527,11 @@ def _nested_rows(decay, v, h0, into, scratch: Scratch, backwards: bool = False) 
     # first step before the product gives it.
     following = slice(None, -1) if backwards else slice(1, None)
     padded[:, following, first] += decay * (starts[:, ::-1] if backwards else starts)
-    if pad == 0 and into.strides[-1] == into.itemsize:  # BLAS writes it
-        np.matmul(padded, weights, out=into.reshape(count, blocks, block))
+    if pad == 0 and into.strides[-1] == into.itemsize and (
+            count == 1 or into.strides[0] == steps * into.itemsize):  # BLAS writes it
+        np.matmul(blocked, weights, out=into.reshape(-1, block))
     else:
-        result = np.matmul(padded, weights, out=scratch.empty(padded.shape, dtype))
+        result = np.matmul(blocked, weights, out=scratch.empty(blocked.shape, dtype))
         result = result.reshape(count, -1)
         np.copyto(into, result[:, pad:] if backwards else result[:, :steps])
     return True
