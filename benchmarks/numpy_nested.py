@@ -106,55 +106,28 @@ def threshold(rng) -> list:
     return rows
 
 
-def block_lengths(rng) -> list:
-    """Each `_NESTED_BLOCK` against the chosen one, forward and backward, where the rule
-    takes the nested products."""
-    chosen = _numpy_backend._NESTED_BLOCK
-    settings = {size: size for size in BLOCKS}
-    print(f"\nblock length: time / time at the chosen {chosen} steps, forward and vjp")
-    print(f"{'shape':>14} {'dtype':>10} " + " ".join(f"{b:>11}" for b in BLOCKS)
+def against_chosen(rng, name: str, values: tuple, dtypes, title, heads: list) -> list:
+    """Each of ``values`` of ``_numpy_backend.<name>`` against the chosen one, forward and
+    backward, where the rule takes the nested products; printed under ``title`` (given the
+    chosen value) with a column head per value."""
+    chosen = getattr(_numpy_backend, name)
+    settings = {value: value for value in values}
+    print(f"\n{title(chosen)}: time / time at the chosen one, forward and vjp")
+    print(f"{'shape':>14} {'dtype':>10} " + " ".join(f"{h:>11}" for h in heads)
           + f" {'chosen (us)':>12}")
     rows = []
     for shape, axis in SHAPES:
         if math.prod(shape) > _numpy_backend._NESTED_ELEMENTS:
             continue
-        for dtype in DTYPES:
+        for dtype in dtypes:
             row = {"shape": list(shape), "axis": axis, "dtype": np.dtype(dtype).name}
-            for name, call in passes(rng, shape, axis, dtype).items():
-                best = alternated(call, _numpy_backend, "_NESTED_BLOCK", settings, REPEATS)
-                row[f"{name}_s"] = {str(size): best[size] for size in BLOCKS}
+            for kind, call in passes(rng, shape, axis, dtype).items():
+                best = alternated(call, _numpy_backend, name, settings, REPEATS)
+                row[f"{kind}_s"] = {str(value): best[value] for value in values}
             rows.append(row)
             ratios = " ".join(
-                f"{row['forward_s'][str(b)] / row['forward_s'][str(chosen)]:>5.2f} "
-                f"{row['vjp_s'][str(b)] / row['vjp_s'][str(chosen)]:>5.2f}" for b in BLOCKS)
-            print(f"{label(shape, axis):>14} {np.dtype(dtype).name:>10} {ratios} "
-                  f"{row['forward_s'][str(chosen)] * 1e6:>12.0f}", flush=True)
-    return rows
-
-
-def inner_work(rng) -> list:
-    """Each `_NESTED_WORK` (the most multiply-adds of an inner level's single product)
-    against the chosen one, forward and backward, where the rule takes the nested
-    products."""
-    chosen = _numpy_backend._NESTED_WORK
-    settings = {work: work for work in WORKS}
-    print(f"\ninner single products: time / time at the chosen 2^{chosen.bit_length() - 1}"
-          " multiply-adds, forward and vjp")
-    print(f"{'shape':>14} {'dtype':>10} " + " ".join(
-        f"{'2^' + str(w.bit_length() - 1):>11}" for w in WORKS) + f" {'chosen (us)':>12}")
-    rows = []
-    for shape, axis in SHAPES:
-        if math.prod(shape) > _numpy_backend._NESTED_ELEMENTS:
-            continue
-        for dtype in (np.float32, np.float64):
-            row = {"shape": list(shape), "axis": axis, "dtype": np.dtype(dtype).name}
-            for name, call in passes(rng, shape, axis, dtype).items():
-                best = alternated(call, _numpy_backend, "_NESTED_WORK", settings, REPEATS)
-                row[f"{name}_s"] = {str(work): best[work] for work in WORKS}
-            rows.append(row)
-            ratios = " ".join(
-                f"{row['forward_s'][str(w)] / row['forward_s'][str(chosen)]:>5.2f} "
-                f"{row['vjp_s'][str(w)] / row['vjp_s'][str(chosen)]:>5.2f}" for w in WORKS)
+                f"{row['forward_s'][str(v)] / row['forward_s'][str(chosen)]:>5.2f} "
+                f"{row['vjp_s'][str(v)] / row['vjp_s'][str(chosen)]:>5.2f}" for v in values)
             print(f"{label(shape, axis):>14} {np.dtype(dtype).name:>10} {ratios} "
                   f"{row['forward_s'][str(chosen)] * 1e6:>12.0f}", flush=True)
     return rows
@@ -163,8 +136,14 @@ def inner_work(rng) -> list:
 def main() -> None:
     rng = np.random.default_rng(0)
     rows = threshold(rng)
-    lengths = block_lengths(rng)
-    works = inner_work(rng)
+    # The block length, and the most multiply-adds of an inner level's single product.
+    lengths = against_chosen(rng, "_NESTED_BLOCK", BLOCKS, DTYPES,
+                             lambda chosen: f"block length ({chosen} steps chosen)",
+                             [str(b) for b in BLOCKS])
+    works = against_chosen(rng, "_NESTED_WORK", WORKS, (np.float32, np.float64),
+                           lambda chosen: "inner single products' multiply-adds (2^"
+                           f"{chosen.bit_length() - 1} chosen)",
+                           [f"2^{w.bit_length() - 1}" for w in WORKS])
     path = write("numpy_nested", {
         "environment": environment(), "nested_elements": _numpy_backend._NESTED_ELEMENTS,
         "nested_rows_elements": _numpy_backend._NESTED_ROWS_ELEMENTS,
