@@ -441,9 +441,9 @@ def _nested(decay, x, h0, out) -> bool:
     from _MIN_POWERS_LENGTH steps: one product with the lower-triangular matrix of its powers
     where that costs at most _POWERS_WORK multiply-adds on at most _POWERS_LENGTH steps (on
     the operand as it lies), otherwise, where `_nests` says so, products over nested blocks
-    (`_nested_rows`) on a copy of the channels' rows. Returns False, having
-    written nothing useful, where the operands are shorter or larger or the result is not
-    all finite (a product spreads an infinity or NaN over its block)."""
+    (`_nested_rows`) on a copy of the channels' rows. Returns False, having written nothing
+    useful, where the operands are shorter or larger or the result is not all finite (a
+    product spreads an infinity or NaN over its block)."""
     length = x.shape[0]
     single = _single_product(length, x.size)
     if length < _MIN_POWERS_LENGTH or not (single or _nests(x.size, out)):
@@ -540,7 +540,8 @@ def _nested_rows(decay, v, h0, into, scratch: Scratch, backwards: bool = False) 
 def _nests(size: int, out) -> bool:
     """Whether `_nested` takes a scan of ``size`` elements into the time-first ``out`` as
     nested products: up to _NESTED_ELEMENTS elements, or _NESTED_ROWS_ELEMENTS on at most
-    _NESTED_ROWS channels whose steps lie contiguous (which the products write in place)."""
+    _NESTED_ROWS channels whose steps lie contiguous (on one channel axis, the products write
+    them in place)."""
     if size <= _NESTED_ELEMENTS:
         return True
     return (size <= _NESTED_ROWS_ELEMENTS and abs(out.strides[0]) == out.itemsize
@@ -550,8 +551,8 @@ def _nests(size: int, out) -> bool:
 def _single_product(steps: int, size: int, work: int | None = None) -> bool:
     """Whether a scan of one decay over ``steps`` steps of ``size`` elements in all is one
     product with the matrix of its powers: at most _POWERS_LENGTH steps and ``work``
-    multiply-adds (_POWERS_WORK)."""
-    return steps <= _POWERS_LENGTH and steps * size <= (work or _POWERS_WORK)
+    multiply-adds (_POWERS_WORK by default)."""
+    return steps <= _POWERS_LENGTH and steps * size <= (_POWERS_WORK if work is None else work)
 
 
 def _powers_matrices(decay, steps: int, dtype) -> tuple | None:
