@@ -520,13 +520,14 @@ def _nested_rows(decay, v, h0, into, scratch: Scratch, backwards: bool = False) 
     blocked = flat.reshape(-1, block)
     ends = (blocked @ weights[:, last]).reshape(count, blocks)[:, leading]
     ends = ends.astype(whole.dtype, copy=False)
+    # Scanned backwards too, where the blocks run so (in memory order, as BLAS needs).
     starts = scratch.empty(ends.shape, whole.dtype)
-    if not _nested_rows(whole, ends[:, ::-1] if backwards else ends, None, starts, scratch):
+    if not _nested_rows(whole, ends, None, starts, scratch, backwards):
         return False
     # A state c entering a block adds a**(k + 1) * c at its k-th step: a * c added to its
     # first step before the product gives it.
     following = slice(None, -1) if backwards else slice(1, None)
-    padded[:, following, first] += decay * (starts[:, ::-1] if backwards else starts)
+    padded[:, following, first] += decay * starts
     if pad == 0 and into.strides[-1] == into.itemsize and (
             count == 1 or into.strides[0] == steps * into.itemsize):  # BLAS writes it
         np.matmul(blocked, weights, out=into.reshape(-1, block))
