@@ -135,14 +135,14 @@ _BLOCK_SHARE = 4
 # of the time forward and 0.63 to 0.94 backward, 8 to 64 channels of 128 steps 0.70 to
 # 0.90, and 16 of 256 1.08 and 0.89; against the serial loop and Hillis and Steele's scan,
 # on 1 and 16 channels, 0.35 to 1.00 from 8 steps, but 1.02 to 1.26 on 1 to 4. The nested
-# products took 0.31 to 0.91 of the blocked, chunked, doubling or serial scan's time forward
-# and 0.40 to 1.06 backward on 1 to 64 channels of 1,024 to 65,536 elements, either layout,
-# four dtypes (geometric means 0.61 and 0.68), and 0.43 to 0.90 and 0.64 to 0.90 on 1 to 16
-# time-contiguous channels of 2^17 and 2^18; beyond, up to 1.39 and 1.62 (32 or 64 such
-# channels, complex128), and on time-major channels forward 0.68 to 1.15 but backward 0.85
-# to 1.16. Blocks of 8 or 32 steps took 0.75 to 1.33 of the time of 16 (geometric means
-# 1.05 and 1.00), inner single products up to 2^14 or 2^18 multiply-adds 0.84 to 1.27 of
-# the time up to 2^16 (benchmarks/numpy_nested.py, at bdaf4d5).
+# products took 0.29 to 0.89 of the blocked, chunked, doubling or serial scan's time forward
+# and 0.39 to 0.87 backward on 1 to 64 channels of 1,024 to 65,536 elements, either layout,
+# four dtypes (geometric means 0.61 and 0.66), and 0.45 to 0.93 and 0.61 to 0.95 on 1 to 16
+# time-contiguous channels of 2^17 and 2^18; beyond, up to 1.40 and 1.56 (32 or 64 such
+# channels, complex128), and on time-major channels forward 0.64 to 1.18 but backward 0.81
+# to 1.16. Blocks of 8 or 32 steps took 0.83 to 1.24 of the time of 16 (geometric means
+# 1.06 and 1.00), inner single products up to 2^14 or 2^18 multiply-adds 0.95 to 1.26 of
+# the time up to 2^16 (benchmarks/numpy_nested.py, at 10a3715).
 _MIN_POWERS_LENGTH = 8
 _POWERS_LENGTH = 256
 _POWERS_WORK = 1 << 20
