@@ -109,6 +109,20 @@ def alternated(function, module, name: str, values: dict, repeats: int, rounds: 
                                           for label, value in values.items()}, repeats, rounds)
 
 
+def against_chosen(row: dict, calls: dict, module, name: str, values, repeats: int) -> str:
+    """Fill ``row`` with the best times of each of ``calls`` (a label -> a function) with
+    ``module.<name>`` set to each of ``values`` in turn (`alternated`), as
+    ``row["<label>_s"][str(value)]``; return those times over the times at the value the
+    attribute has (the chosen one), a table's cells: for each value, each call's ratio."""
+    chosen = getattr(module, name)
+    for label, call in calls.items():
+        best = alternated(call, module, name, {value: value for value in values}, repeats)
+        row[f"{label}_s"] = {str(value): best[value] for value in values}
+    return " ".join(
+        " ".join(f"{row[f'{label}_s'][str(value)] / row[f'{label}_s'][str(chosen)]:>5.2f}"
+                 for label in calls) for value in values)
+
+
 def alternated_settings(function, settings: dict, repeats: int, rounds: int = 3) -> dict:
     """`alternated` with several attributes set at once: ``settings`` maps a label to
     ``{(module, name): value}`` (`assigned`)."""

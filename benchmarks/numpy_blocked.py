@@ -29,7 +29,7 @@ import numpy as np
 
 import cuscan
 from benchmarks._common import (
-    alternated,
+    against_chosen,
     alternated_settings,
     assigned,
     environment,
@@ -75,7 +75,6 @@ def repeats(shape) -> int:
 def block_lengths(rng) -> list:
     """Each `_BLOCK_BYTES` against the chosen one, forward and backward."""
     chosen = _numpy_backend._BLOCK_BYTES
-    settings = {size: size for size in BLOCK_BYTES}
     rows = []
     print(f"\nchunk length: time / time at the chosen {chosen} bytes, forward and vjp")
     print(f"{'shape':>12} {'dtype':>10} " + " ".join(f"{b:>11}" for b in BLOCK_BYTES)
@@ -83,14 +82,9 @@ def block_lengths(rng) -> list:
     for shape in BLOCK_SHAPES:
         for dtype in DTYPES:
             row = {"shape": list(shape), "dtype": np.dtype(dtype).name}
-            for name, function in passes(rng, shape, dtype).items():
-                best = alternated(function, _numpy_backend, "_BLOCK_BYTES", settings,
-                                  repeats(shape))
-                row[f"{name}_s"] = {str(size): best[size] for size in BLOCK_BYTES}
+            ratios = against_chosen(row, passes(rng, shape, dtype), _numpy_backend,
+                                    "_BLOCK_BYTES", BLOCK_BYTES, repeats(shape))
             rows.append(row)
-            ratios = " ".join(
-                f"{row['forward_s'][str(b)] / row['forward_s'][str(chosen)]:>5.2f} "
-                f"{row['vjp_s'][str(b)] / row['vjp_s'][str(chosen)]:>5.2f}" for b in BLOCK_BYTES)
             print(f"{'x'.join(map(str, shape)):>12} {np.dtype(dtype).name:>10} {ratios} "
                   f"{row['forward_s'][str(chosen)] * 1e3:>12.2f}", flush=True)
     return rows

@@ -31,7 +31,13 @@ import math
 import numpy as np
 
 import cuscan
-from benchmarks._common import alternated, alternated_settings, environment, without_options, write
+from benchmarks._common import (
+    against_chosen,
+    alternated_settings,
+    environment,
+    without_options,
+    write,
+)
 from cuscan import _numpy_backend
 
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
@@ -106,12 +112,11 @@ def threshold(rng) -> list:
     return rows
 
 
-def against_chosen(rng, name: str, values: tuple, dtypes, title, heads: list) -> list:
+def chosen_table(rng, name: str, values: tuple, dtypes, title, heads: list) -> list:
     """Each of ``values`` of ``_numpy_backend.<name>`` against the chosen one, forward and
     backward, where the rule takes the nested products; printed under ``title`` (given the
     chosen value) with a column head per value."""
     chosen = getattr(_numpy_backend, name)
-    settings = {value: value for value in values}
     print(f"\n{title(chosen)}: time / time at the chosen one, forward and vjp")
     print(f"{'shape':>14} {'dtype':>10} " + " ".join(f"{h:>11}" for h in heads)
           + f" {'chosen (us)':>12}")
@@ -121,13 +126,9 @@ def against_chosen(rng, name: str, values: tuple, dtypes, title, heads: list) ->
             continue
         for dtype in dtypes:
             row = {"shape": list(shape), "axis": axis, "dtype": np.dtype(dtype).name}
-            for kind, call in passes(rng, shape, axis, dtype).items():
-                best = alternated(call, _numpy_backend, name, settings, REPEATS)
-                row[f"{kind}_s"] = {str(value): best[value] for value in values}
+            ratios = against_chosen(row, passes(rng, shape, axis, dtype), _numpy_backend, name,
+                                    values, REPEATS)
             rows.append(row)
-            ratios = " ".join(
-                f"{row['forward_s'][str(v)] / row['forward_s'][str(chosen)]:>5.2f} "
-                f"{row['vjp_s'][str(v)] / row['vjp_s'][str(chosen)]:>5.2f}" for v in values)
             print(f"{label(shape, axis):>14} {np.dtype(dtype).name:>10} {ratios} "
                   f"{row['forward_s'][str(chosen)] * 1e6:>12.0f}", flush=True)
     return rows
@@ -137,10 +138,10 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rows = threshold(rng)
     # The block length, and the most multiply-adds of an inner level's single product.
-    lengths = against_chosen(rng, "_NESTED_BLOCK", BLOCKS, DTYPES,
+    lengths = chosen_table(rng, "_NESTED_BLOCK", BLOCKS, DTYPES,
                              lambda chosen: f"block length ({chosen} steps chosen)",
                              [str(b) for b in BLOCKS])
-    works = against_chosen(rng, "_NESTED_WORK", WORKS, (np.float32, np.float64),
+    works = chosen_table(rng, "_NESTED_WORK", WORKS, (np.float32, np.float64),
                            lambda chosen: "inner single products' multiply-adds (2^"
                            f"{chosen.bit_length() - 1} chosen)",
                            [f"2^{w.bit_length() - 1}" for w in WORKS])

@@ -66,27 +66,39 @@ def repeats(elements: int) -> int:
     return max(10, min(300, 10**7 // elements))
 
 
-def main() -> None:
-    rng = np.random.default_rng(0)
+def call_table(rng, settings: dict, baseline: str, title: str, lengths, channels,
+               repeats) -> list[dict]:
+    """`CALLS` on ``channels`` x ``lengths`` signals (float64, time last) under each of
+    ``settings`` ("now" and ``baseline``), alternated in one process, and SciPy's time; printed
+    under ``title`` as now / baseline, and SciPy's time / now in brackets. A row a call, with
+    each setting's time (``<label>_s``); ``repeats`` gives the calls per timing of a signal's
+    elements."""
     rows = []
-    print("time now / before, and SciPy's time / now in brackets")
-    print(f"{'':>12} {'T':>6} " + " ".join(f"{c:>14}" for c in CHANNELS))
+    print(title)
+    print(f"{'':>12} {'T':>6} " + " ".join(f"{c:>14}" for c in channels))
     for name, (ours, theirs) in CALLS.items():
-        for length in LENGTHS:
+        for length in lengths:
             cells = []
-            for channels in CHANNELS:
-                x = rng.standard_normal((channels, length))
-                times = alternated_settings(lambda x=x, ours=ours: ours(x), SETTINGS,
+            for count in channels:
+                x = rng.standard_normal((count, length))
+                times = alternated_settings(lambda x=x, ours=ours: ours(x), settings,
                                             repeats(x.size), rounds=5)
                 scipy_s = min(best_time(lambda x=x, theirs=theirs: theirs(x), repeats(x.size))
                               for _ in range(3))
-                ratio = times["now"] / times["before"]
-                rows.append({"function": name, "channels": channels, "length": length,
-                             "now_s": times["now"], "before_s": times["before"],
+                ratio = times["now"] / times[baseline]
+                rows.append({"function": name, "channels": count, "length": length,
+                             **{f"{label}_s": times[label] for label in settings},
                              "scipy_s": scipy_s, "ratio": ratio,
                              "scipy_ratio": times["now"] / scipy_s})
                 cells.append(f"{ratio:5.2f} ({scipy_s / times['now']:5.2f})")
             print(f"{name:>12} {length:>6} " + " ".join(f"{c:>14}" for c in cells), flush=True)
+    return rows
+
+
+def main() -> None:
+    rows = call_table(np.random.default_rng(0), SETTINGS, "before",
+                      "time now / before, and SciPy's time / now in brackets", LENGTHS, CHANNELS,
+                      repeats)
     path = write("signal_calls", {"environment": environment(), "rows": rows})
     print(f"wrote {path}")
 

@@ -24,15 +24,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.signal
 
-from benchmarks._common import (
-    alternated,
-    alternated_calls,
-    best_time,
-    environment,
-    without_options,
-    write,
-)
-from benchmarks.signal_calls import CALLS  # the same filters and calls, with SciPy's
+from benchmarks._common import alternated_calls, environment, without_options, write
+from benchmarks.signal_calls import call_table  # the same filters and calls, with SciPy's
 from cuscan.signal import _chunks, _filters
 
 FILTERS = {
@@ -91,27 +84,10 @@ def solve_rows(rng) -> list[dict]:
 
 
 def call_rows(rng) -> list[dict]:
-    rows = []
-    print("calls: time now / with the stages only, and SciPy's time / now in brackets")
-    print(f"{'':>12} {'T':>5} " + " ".join(f"{c:>14}" for c in CHANNELS))
-    for name, (ours, theirs) in CALLS.items():
-        for length in LENGTHS:
-            cells = []
-            for channels in CHANNELS:
-                x = rng.standard_normal((channels, length))
-                times = alternated(lambda x=x, ours=ours: ours(x), _chunks, "_SOLVE_SIDE",
-                                   {"now": _chunks._SOLVE_SIDE, "stages": 0},
-                                   repeats(60 * x.size), rounds=5)
-                scipy_s = min(best_time(lambda x=x, theirs=theirs: theirs(x),
-                                        repeats(60 * x.size)) for _ in range(3))
-                ratio = times["now"] / times["stages"]
-                rows.append({"function": name, "channels": channels, "length": length,
-                             "now_s": times["now"], "stages_s": times["stages"],
-                             "scipy_s": scipy_s, "ratio": ratio,
-                             "scipy_ratio": times["now"] / scipy_s})
-                cells.append(f"{ratio:5.2f} ({scipy_s / times['now']:5.2f})")
-            print(f"{name:>12} {length:>5} " + " ".join(f"{c:>14}" for c in cells), flush=True)
-    return rows
+    side = (_chunks, "_SOLVE_SIDE")
+    return call_table(rng, {"now": {side: _chunks._SOLVE_SIDE}, "stages": {side: 0}}, "stages",
+                      "calls: time now / with the stages only, and SciPy's time / now in "
+                      "brackets", LENGTHS, CHANNELS, lambda elements: repeats(60 * elements))
 
 
 def main() -> None:
