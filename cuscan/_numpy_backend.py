@@ -94,6 +94,17 @@ _MIN_TILE = 64
 # time took 0.25 of the time for 2 columns of 441,000 float64 elements and 0.5 for 4,
 # where 8 took 1.1 (ad hoc, on an x86-64 machine of 2 cores).
 _NARROW_COLUMNS = 4
+# NumPy's inner loop runs along the destination's contiguous axis; where the source it
+# reads there lies transposed, with a stride that is a multiple of _ALIASING_STRIDE bytes
+# (a power-of-two number of time steps in each channel, or of channels in each step), every
+# line it touches maps to the same few cache sets, which hold a few of a tile's lines: the
+# copy reads each line again and again from memory. Each tile is then copied first into a
+# buffer laid out as the source, its lines padded by one cache line (contiguous runs), and
+# from there (in cache, its lines spread over the sets) into the destination; elements of
+# up to _MAX_STAGED_ITEMSIZE bytes, from _MIN_STAGED elements along the destination's
+# contiguous axis.
+_MAX_STAGED_ITEMSIZE = 8
+_MIN_STAGED = 32
 # Arranging for NumPy's inner loop to run over more than the few channels of one
 # row (opaque rows in copies, a materialised row of time-invariant decays) costs
 # a few microseconds per array; it is done from _WHOLE_ROWS_FROM rows (time steps
@@ -698,18 +709,22 @@ def _chunk_length(length: int, width: int) -> int:
 
 
 def _copy(dst, src):
-    """``dst[...] = src`` in tiles over the first two axes (at once with fewer); returns
-    ``dst``."""
+    """``dst[...] = src`` in tiles over the first two axes (at once with fewer), through a
+    buffer where that dodges cache aliasing (`_staged`); returns ``dst``."""
     if dst.ndim < 2:
         np.copyto(dst, src, casting="unsafe")
         return dst
+    result = dst
+    if dst.ndim > 2:
+        flat = _two_axes(dst), _two_axes(src)
+        if flat[0] is not None and flat[1] is not None:
+            dst, src = flat
     if dst.ndim == 2 and src.shape == dst.shape and 1 < dst.shape[1] <= _NARROW_COLUMNS \
             and abs(dst.strides[1]) < abs(dst.strides[0]) \
             and abs(src.strides[0]) < abs(src.strides[1]):
         for column in range(dst.shape[1]):
             np.copyto(dst[:, column], src[:, column], casting="unsafe")
-        return dst
-    result = dst
+        return result
     if dst.ndim > 2 and dst.shape[0] * dst.shape[1] >= _WHOLE_ROWS_FROM and dst.dtype == src.dtype:
         # Contiguous rows of a few channels copy as one element each: NumPy's
         # inner loop would otherwise run over those few elements at a time.
@@ -717,11 +732,50 @@ def _copy(dst, src):
         if rows[0] is not None and rows[1] is not None:
             dst, src = rows
     rows, columns = _tile(dst.shape, dst.itemsize * math.prod(dst.shape[2:]))
-    for j in range(0, dst.shape[0], rows):
-        for i in range(0, dst.shape[1], columns):
-            np.copyto(dst[j:j + rows, i:i + columns], src[j:j + rows, i:i + columns],
-                      casting="unsafe")
+    with Scratch() as scratch:
+        buffer = _staged(dst, src, rows, columns, scratch)
+        for j in range(0, dst.shape[0], rows):
+            for i in range(0, dst.shape[1], columns):
+                tile = np.s_[j:j + rows, i:i + columns]
+                if buffer is None:
+                    np.copyto(dst[tile], src[tile], casting="unsafe")
+                else:
+                    staged = buffer[:min(rows, dst.shape[0] - j), :min(columns, dst.shape[1] - i)]
+                    np.copyto(staged, src[tile], casting="unsafe")
+                    np.copyto(dst[tile], staged)
     return result
+
+
+def _two_axes(view):
+    """``view`` (n, ...) as an (n, m) view, its axes after the first merged; None where
+    they do not merge without a copy (or it has no elements)."""
+    if view.size == 0:
+        return None
+    axes = [(size, stride) for size, stride in zip(view.shape[1:], view.strides[1:],
+                                                   strict=True) if size > 1]
+    if any(outer[1] != inner[0] * inner[1] for outer, inner in itertools.pairwise(axes)):
+        return None
+    return view.reshape(view.shape[0], math.prod(view.shape[1:]))
+
+
+def _staged(dst, src, rows: int, columns: int, scratch: Scratch):
+    """The buffer (``rows`` x ``columns``, from ``scratch``) through which `_copy` copies
+    each tile of the 2-D ``src`` into ``dst`` where they lie transposed to each other and
+    NumPy's inner loop, which runs along ``dst``'s contiguous axis, would read ``src``
+    with a stride that is a multiple of _ALIASING_STRIDE bytes (such as 4,096 float32
+    steps of each channel copied time-major); else None. The buffer lies as ``src`` does,
+    its lines _CACHE_LINE bytes longer than the tile's."""
+    if dst.ndim != 2 or dst.itemsize > _MAX_STAGED_ITEMSIZE:
+        return None
+    inner = 0 if abs(dst.strides[0]) < abs(dst.strides[1]) else 1
+    stride = abs(src.strides[inner])
+    if stride < _CACHE_LINE or stride % _ALIASING_STRIDE or \
+            abs(src.strides[1 - inner]) >= _CACHE_LINE or dst.shape[inner] < _MIN_STAGED:
+        return None
+    pad = _CACHE_LINE // dst.itemsize
+    if inner == 1:  # src runs along the first axis: the buffer's lines are its columns
+        return scratch.empty((columns, rows + pad), dst.dtype).T
+    return scratch.empty((rows, columns + pad), dst.dtype)
 
 
 def _tile(shape, itemsize: int, size: int | None = None) -> tuple[int, int]:

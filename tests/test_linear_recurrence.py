@@ -474,6 +474,63 @@ def test_numpy_tiles(monkeypatch):
                         np.testing.assert_array_equal(dst, expected)
 
 
+def test_numpy_staged_copies(monkeypatch):
+    """Transposed copies whose inner loop would read the source across a multiple of 1,024
+    bytes (cache aliasing) go tile by tile through a padded buffer: which ones do, and that
+    they equal NumPy's copies, both ways between time-major and time-contiguous arrays,
+    several channel axes merged, reversed time, dtype conversions, tiles that do not divide
+    the shape."""
+    from cuscan import _numpy_backend
+    from cuscan._scratch import Scratch
+
+    with Scratch() as scratch:
+        def staged(dst, src) -> bool:
+            return _numpy_backend._staged(dst, src, 64, 64, scratch) is not None
+
+        def major(length, width, dtype=np.float32):
+            return np.empty((length, width), dtype)
+
+        def contiguous(length, width, dtype=np.float32):  # time-first, time-contiguous
+            return np.empty((width, length), dtype).T
+
+        assert staged(major(4096, 64), contiguous(4096, 64))
+        assert staged(contiguous(300, 256), major(300, 256))  # rows of 1,024 bytes
+        assert staged(major(4096, 64, np.float64), contiguous(4096, 64, np.float32))
+        assert not staged(contiguous(300, 200), major(300, 200))  # rows of 800 bytes
+        assert not staged(major(4100, 64), contiguous(4100, 64))  # 16,400 bytes apart
+        assert not staged(major(4096, 16), contiguous(4096, 16))  # few channels
+        assert not staged(major(4096, 64, np.complex128), contiguous(4096, 64, np.complex128))
+        assert not staged(major(4096, 64), major(4096, 64))
+        assert not staged(major(4096, 64), contiguous(4096 * 16, 64)[::16])  # both apart
+
+    taken = []
+    staged_buffer = _numpy_backend._staged
+    monkeypatch.setattr(_numpy_backend, "_staged",
+                        lambda *args: taken.append(staged_buffer(*args)) or taken[-1])
+    monkeypatch.setattr(_numpy_backend, "_TILE_BYTES", 7 * 9 * 4)
+    monkeypatch.setattr(_numpy_backend, "_MIN_TILE", 1)
+    rng = np.random.default_rng(43)
+    for shape, into in (((64, 1024), None), ((3, 40, 512), None), ((512, 100), "back"),
+                        ((40, 2048), None)):
+        for dtype, to in ((np.float16, np.float16), (np.float32, np.float32),
+                          (np.float32, np.float64), (np.float64, np.float32),
+                          (np.complex64, np.complex64)):
+            data = rng.standard_normal(shape).astype(dtype)
+            time_first = np.moveaxis(data, -1, 0)
+            if into == "back":  # a time-major source into a time-contiguous array
+                pairs = [(np.empty(shape, to), np.ascontiguousarray(time_first))]
+                pairs = [(np.moveaxis(dst, -1, 0), src) for dst, src in pairs]
+            else:
+                pairs = [(np.empty(time_first.shape, to), view)
+                         for view in (time_first, time_first[::-1])]
+            for dst, src in pairs:
+                taken.clear()
+                assert _numpy_backend._copy(dst, src) is dst
+                assert taken
+                assert taken[-1] is not None
+                np.testing.assert_array_equal(dst, src.astype(to))
+
+
 def test_numpy_time_major_rule(monkeypatch):
     """Which time-first views the NumPy backend copies time-major: long, wide and
     time-contiguous ones, but for steps scanned serially of elements of 8 bytes or more,

@@ -1,0 +1,78 @@
+"""The NumPy backend's copies through a padded buffer, where cache aliasing slows them.
+
+Time-contiguous operands of many channels ((C, T) or (B, C, T) along axis -1) are scanned
+in time-major copies, and their results copied back (`_copy`, tile by tile). NumPy's inner
+loop runs along the destination's contiguous axis; reading the source there across a
+multiple of 1,024 bytes (a power-of-two number of steps, or of channels) maps every line a
+tile touches to the same few cache sets. Such tiles go through a buffer laid out as the
+source, its lines padded by a cache line (`_staged`), from `_MIN_STAGED` elements along the
+destination's contiguous axis.
+
+Times the time-major copy of the operand, the forward scan and its vector-Jacobian product
+with `_MIN_STAGED` at 16, the chosen value, 64 and infinity (never staged), alternated in
+one process (so a loaded machine slows all alike), on time-contiguous shapes from 16 to
+2,048 channels in four dtypes; prints each time over the chosen setting's, then the
+chosen one's in milliseconds. Writes results/numpy_staged.json.
+
+    python -m benchmarks.numpy_staged
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+import cuscan
+from benchmarks._common import against_chosen, environment, without_options, write
+from cuscan import _numpy_backend
+
+# Time-contiguous shapes along axis -1: the strides of a step are multiples of 1,024 bytes
+# but for (300, 10007) and (512, 1000).
+SHAPES = [(2048, 4096), (8, 64, 8192), (256, 32768), (1000, 1024), (64, 65536), (64, 8192),
+          (48, 65536), (32, 131072), (32, 32768), (16, 262144), (300, 10007), (512, 1000)]
+DTYPES = (np.float16, np.float32, np.float64, np.complex64)
+VALUES = (16, 32, 64, math.inf)
+REPEATS = 5
+
+
+def calls(rng, shape, dtype) -> dict:
+    """The time-major copy of a time-contiguous operand, the forward scan and its
+    vector-Jacobian product."""
+    x = rng.standard_normal(shape).astype(dtype)
+    a = rng.uniform(0.5, 1.0, shape).astype(dtype)
+    h = cuscan.linear_recurrence(a, x, axis=-1)
+    time_first = np.moveaxis(x, -1, 0)
+    major = np.empty(time_first.shape, dtype)
+    return {"copy": functools.partial(_numpy_backend._copy, major, time_first),
+            "forward": functools.partial(cuscan.linear_recurrence, a, x, axis=-1),
+            "vjp": functools.partial(cuscan.linear_recurrence_vjp, x, a, h, axis=-1)}
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    chosen = _numpy_backend._MIN_STAGED
+    print(f"time / time with _MIN_STAGED = {chosen}: copy, forward and vjp for each value")
+    print(f"{'shape':>14} {'dtype':>10} "
+          + " ".join(f"{v!s:>17}" for v in VALUES) + "   chosen (ms)")
+    rows = []
+    for shape in SHAPES:
+        for dtype in DTYPES:
+            row = {"shape": list(shape), "dtype": np.dtype(dtype).name}
+            repeats = max(2, min(REPEATS, 4 * 10**7 // math.prod(shape)))
+            cells = against_chosen(row, calls(rng, shape, dtype), _numpy_backend,
+                                   "_MIN_STAGED", VALUES, repeats)
+            rows.append(row)
+            times = " ".join(f"{row[f'{name}_s'][str(chosen)] * 1e3:.1f}"
+                             for name in ("copy", "forward", "vjp"))
+            print(f"{'x'.join(map(str, shape)):>14} {np.dtype(dtype).name:>10} {cells}   "
+                  f"{times}", flush=True)
+    path = write("numpy_staged", {"environment": environment(), "chosen_min_staged": chosen,
+                                  "rows": rows})
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    without_options(__doc__)
+    main()
