@@ -305,8 +305,13 @@ def _backward(go, a, h, h0, gx, ga, start: int, stop: int, after, acc, keep: boo
         g[-1] = go[-1] if after is None else go[-1] + np.conj(a[count]) * after
         scan(_conj(a[count - 1:0:-1], scratch), go[-2::-1], g[-1], g[-2::-1], method)
         if g is not target:
+            # The decays' gradient reads it in the output's layout (a product across
+            # layouts reads one of them strided): from the target, or, where that is of
+            # lower precision and laid out otherwise, from a copy in that layout.
+            if target.dtype != acc and not keep and _scattered(target, acc):
+                g = _copy(scratch.like(target, acc), g)
             _copy(target, g)
-            if target.dtype == acc:  # the decays' gradient then reads it in the output's layout
+            if target.dtype == acc:
                 g = target
         h = h[max(start - 1, 0):stop].astype(acc, copy=False)
         ga = ga[start:stop]

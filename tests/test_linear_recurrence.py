@@ -412,7 +412,7 @@ def test_numpy_time_contiguous(monkeypatch, layout):
     monkeypatch.setattr(_numpy_backend, "_MIN_TILE", 1)
     numpy = Backend("numpy")
     rng = np.random.default_rng(37)
-    for shape in ((40, 257), (3, 20, 1031)):
+    for shape in ((40, 257), (3, 20, 1031), (70, 300)):  # the last copied time-major
         for dtype in ("float16", "float32", "complex128"):
             decays = make(rng, shape, dtype)
             impulses = make(rng, shape, dtype, low=-1.0)
