@@ -12,7 +12,10 @@ Times the time-major copy of the operand, the forward scan and its vector-Jacobi
 with `_MIN_STAGED` at 16, the chosen value, 64 and infinity (never staged), alternated in
 one process (so a loaded machine slows all alike), on time-contiguous shapes from 16 to
 2,048 channels in four dtypes; prints each time over the chosen setting's, then the
-chosen one's in milliseconds. Writes results/numpy_staged.json.
+chosen one's in milliseconds. Then the chunked scan's steps of 129 to 256 bytes, which it
+copies its chunks from as they lie unless a copy through a buffer makes the operand
+time-major in elements of up to `_MAX_STAGED_CHUNK_ITEMSIZE` bytes: the scans with that at
+0 (never), the chosen value and 8. Writes results/numpy_staged.json.
 
     python -m benchmarks.numpy_staged
 """
@@ -32,44 +35,60 @@ from cuscan import _numpy_backend
 # but for (300, 10007) and (512, 1000).
 SHAPES = [(2048, 4096), (8, 64, 8192), (256, 32768), (1000, 1024), (64, 65536), (64, 8192),
           (48, 65536), (32, 131072), (32, 32768), (16, 262144), (300, 10007), (512, 1000)]
+# Steps of 129 to 256 bytes in float32 or float64 (in float16, of half as many).
+CHUNK_SHAPES = [(64, 1024), (64, 4096), (64, 8192), (64, 65536), (48, 65536), (40, 16384),
+                (8, 6, 32768), (32, 2048), (32, 32768), (32, 131072), (8, 4, 65536),
+                (64, 65537)]
 DTYPES = (np.float16, np.float32, np.float64, np.complex64)
 VALUES = (16, 32, 64, math.inf)
+CHUNK_VALUES = (0, 4, 8)
 REPEATS = 5
 
 
-def calls(rng, shape, dtype) -> dict:
-    """The time-major copy of a time-contiguous operand, the forward scan and its
-    vector-Jacobian product."""
+def calls(rng, shape, dtype, copy: bool = True) -> dict:
+    """The time-major copy of a time-contiguous operand (with ``copy``), the forward scan and
+    its vector-Jacobian product."""
     x = rng.standard_normal(shape).astype(dtype)
     a = rng.uniform(0.5, 1.0, shape).astype(dtype)
     h = cuscan.linear_recurrence(a, x, axis=-1)
     time_first = np.moveaxis(x, -1, 0)
     major = np.empty(time_first.shape, dtype)
-    return {"copy": functools.partial(_numpy_backend._copy, major, time_first),
+    copies = {"copy": functools.partial(_numpy_backend._copy, major, time_first)} if copy else {}
+    return {**copies,
             "forward": functools.partial(cuscan.linear_recurrence, a, x, axis=-1),
             "vjp": functools.partial(cuscan.linear_recurrence_vjp, x, a, h, axis=-1)}
 
 
-def main() -> None:
-    rng = np.random.default_rng(0)
-    chosen = _numpy_backend._MIN_STAGED
-    print(f"time / time with _MIN_STAGED = {chosen}: copy, forward and vjp for each value")
-    print(f"{'shape':>14} {'dtype':>10} "
-          + " ".join(f"{v!s:>17}" for v in VALUES) + "   chosen (ms)")
+def table(rng, shapes, name: str, values, copy: bool) -> list:
+    """Each of ``values`` of ``_numpy_backend.<name>`` against the chosen one on ``shapes``."""
+    chosen = getattr(_numpy_backend, name)
+    names = ("copy", "forward", "vjp") if copy else ("forward", "vjp")
+    print(f"\ntime / time with {name} = {chosen}: {', '.join(names)} for each value")
+    width = 6 * len(names) - 1
+    print(f"{'shape':>14} {'dtype':>10} " + " ".join(f"{v!s:>{width}}" for v in values)
+          + "   chosen (ms)")
     rows = []
-    for shape in SHAPES:
+    for shape in shapes:
         for dtype in DTYPES:
             row = {"shape": list(shape), "dtype": np.dtype(dtype).name}
             repeats = max(2, min(REPEATS, 4 * 10**7 // math.prod(shape)))
-            cells = against_chosen(row, calls(rng, shape, dtype), _numpy_backend,
-                                   "_MIN_STAGED", VALUES, repeats)
+            cells = against_chosen(row, calls(rng, shape, dtype, copy), _numpy_backend, name,
+                                   values, repeats)
             rows.append(row)
-            times = " ".join(f"{row[f'{name}_s'][str(chosen)] * 1e3:.1f}"
-                             for name in ("copy", "forward", "vjp"))
+            times = " ".join(f"{row[f'{n}_s'][str(chosen)] * 1e3:.1f}" for n in names)
             print(f"{'x'.join(map(str, shape)):>14} {np.dtype(dtype).name:>10} {cells}   "
                   f"{times}", flush=True)
-    path = write("numpy_staged", {"environment": environment(), "chosen_min_staged": chosen,
-                                  "rows": rows})
+    return rows
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    rows = table(rng, SHAPES, "_MIN_STAGED", VALUES, copy=True)
+    chunks = table(rng, CHUNK_SHAPES, "_MAX_STAGED_CHUNK_ITEMSIZE", CHUNK_VALUES, copy=False)
+    path = write("numpy_staged", {
+        "environment": environment(), "chosen_min_staged": _numpy_backend._MIN_STAGED,
+        "chosen_max_staged_chunk_itemsize": _numpy_backend._MAX_STAGED_CHUNK_ITEMSIZE,
+        "rows": rows, "chunk_rows": chunks})
     print(f"wrote {path}")
 
 

@@ -44,7 +44,8 @@ _LARGE_STEP_ELEMENTS = 16384
 # first) when a time step holds at most _MAX_STRIDED_ROW bytes, or at most
 # _MAX_APART_CHUNK_ROW bytes whose elements lie a cache line or more apart (a
 # time-contiguous operand, which it then copies from as it lies, instead of from a
-# time-major copy: below). Measured by benchmarks/numpy_methods.py.
+# time-major copy: below, but for copies through a buffer, next). Measured by
+# benchmarks/numpy_methods.py.
 _MAX_STRIDED_ROW = 128
 _MAX_APART_CHUNK_ROW = 256
 # An operand whose time step has its elements a cache line or more apart (a
@@ -102,9 +103,13 @@ _NARROW_COLUMNS = 4
 # buffer laid out as the source, its lines padded by one cache line (contiguous runs), and
 # from there (in cache, its lines spread over the sets) into the destination; elements of
 # up to _MAX_STAGED_ITEMSIZE bytes, from _MIN_STAGED elements along the destination's
-# contiguous axis.
+# contiguous axis (benchmarks/numpy_staged.py). Where such a copy makes an operand
+# time-major in elements of at most _MAX_STAGED_CHUNK_ITEMSIZE bytes, the chunked scan
+# takes it for steps of up to _MAX_APART_CHUNK_ROW bytes too, rather than copy its chunks
+# from the operand as it lies.
 _MAX_STAGED_ITEMSIZE = 8
 _MIN_STAGED = 32
+_MAX_STAGED_CHUNK_ITEMSIZE = 4
 # Arranging for NumPy's inner loop to run over more than the few channels of one
 # row (opaque rows in copies, a materialised row of time-invariant decays) costs
 # a few microseconds per array; it is done from _WHOLE_ROWS_FROM rows (time steps
@@ -356,9 +361,11 @@ def _scattered_layout(shape, strides, dtype, most: float = math.inf,
     row = math.prod(shape[1:]) * itemsize
     if stride < _CACHE_LINE or row <= _MAX_STRIDED_ROW or length * row > most:
         return False
-    if once and row <= _MAX_APART_CHUNK_ROW and _parallel_wins(length, row):
-        return False  # the chunked scan copies its chunks from the operand
     touched = math.prod(size for size, _ in axes)  # elements a step, broadcast aside
+    if once and row <= _MAX_APART_CHUNK_ROW and _parallel_wins(length, row) and not (
+            itemsize <= _MAX_STAGED_CHUNK_ITEMSIZE and touched >= _MIN_STAGED
+            and stride % _ALIASING_STRIDE == 0):
+        return False  # the chunked scan copies its chunks from the operand
     if length < _MIN_SCATTERED_LENGTH:
         return length * touched >= _MIN_SHORT_SCATTERED_ELEMENTS
     # The pages one step of the operand touches: one per element, or its whole span.

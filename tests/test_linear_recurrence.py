@@ -533,7 +533,8 @@ def test_numpy_staged_copies(monkeypatch):
 
 def test_numpy_time_major_rule(monkeypatch):
     """Which time-first views the NumPy backend copies time-major: long, wide and
-    time-contiguous ones, but for steps scanned serially of elements of 8 bytes or more,
+    time-contiguous ones (narrower ones where the copy goes through a buffer), but for
+    steps scanned serially of elements of 8 bytes or more,
     on few pages and strides that spread over the cache; shorter ones from 32 steps
     and 2^15 elements; of any size (a segment at a time); a whole copy (cuscan.signal's)
     not over the memory bound."""
@@ -548,6 +549,12 @@ def test_numpy_time_major_rule(monkeypatch):
     assert not copied((8, 8, 1000))
     assert copied((65, 1000))
     assert copied((8, 9, 1000))
+    # but from a copy through a buffer (steps of 32 to 64 elements a multiple of 1,024
+    # bytes apart) in elements of up to 4 bytes
+    assert copied((64, 1024))
+    assert copied((8, 6, 4096))
+    assert not copied((64, 1040))  # 4,160 bytes apart
+    assert not copied((32, 1024), np.float64)
     assert copied((1000, 1000))
     # Steps of 3 KiB, scanned serially, on 384 pages
     assert not copied((384, 1000), np.float64)
