@@ -11,8 +11,10 @@ memory a call holds beyond its inputs, the result included (tracemalloc, which N
 reports to); prints segments / whole and both memories. Operands over 512 MiB, which the backend
 scanned as they lie before the segments bounded its copies, are timed in
 segments against that: with `_MAX_STRIDED_ROW` out of reach no time-major copy
-is made, and the chunked scan copies its chunks from the operand as it lies.
-Writes results/numpy_segments.json.
+is made, and the chunked scan copies its chunks from the operand as it lies. Then the
+segment's size: `_SEGMENT_BYTES` of 256 KiB to 16 MiB against the chosen one, forward and
+backward, on copied operands of 4 to 64 MiB, where smaller segments keep the copies in
+cache between the copy, the scan and the copy back. Writes results/numpy_segments.json.
 
     python -m benchmarks.numpy_segments
 """
@@ -25,7 +27,14 @@ import math
 import numpy as np
 
 import cuscan
-from benchmarks._common import alternated, environment, peak_memories, without_options, write
+from benchmarks._common import (
+    against_chosen,
+    alternated,
+    environment,
+    peak_memories,
+    without_options,
+    write,
+)
 from cuscan import _numpy_backend
 
 # (shape, dtype, time axis, decays constant in time: the blocked scan)
@@ -33,6 +42,14 @@ CASES = [((64, 10**6), "float64", -1, False), ((16, 10**6), "complex128", -1, Fa
          ((256, 2 * 10**5), "float32", -1, False), ((10**6, 64), "float16", 0, False),
          ((64, 10**6), "float16", -1, True), ((6 * 10**7,), "float16", 0, True)]
 LARGE = [(64, 1_100_000), (32, 2_200_000)]  # float64, over 512 MiB
+# (shape, dtype, time axis) of copied operands: time-contiguous, or half precision
+SIZE_CASES = [((2048, 4096), "float32", -1), ((2048, 4096), "float64", -1),
+              ((2048, 1024), "float32", -1), ((1000, 1000), "float32", -1),
+              ((256, 32768), "float32", -1), ((256, 32768), "complex64", -1),
+              ((8, 64, 8192), "float64", -1), ((512, 8192), "float64", -1),
+              ((64, 65536), "float32", -1), ((300, 10007), "float32", -1),
+              ((4096, 2048), "float16", 0), ((65536, 64), "float16", 0)]
+SIZES = (2**18, 2**19, 2**20, 2**22, 2**24)
 
 
 def main() -> None:
@@ -77,10 +94,34 @@ def main() -> None:
                       "as_they_lie_s": best["as_they_lie"], "operand_bytes": impulses.nbytes})
         print(f"{'x'.join(map(str, shape)):>12} {best['segments'] / best['as_they_lie']:6.2f} "
               f"{best['segments'] * 1e3:8.1f} ms", flush=True)
+    sizes = segment_sizes(rng)
     path = write("numpy_segments", {"environment": environment(),
                                     "segment_bytes": _numpy_backend._SEGMENT_BYTES,
-                                    "rows": rows, "large": large})
+                                    "rows": rows, "large": large, "sizes": sizes})
     print(f"wrote {path}")
+
+
+def segment_sizes(rng) -> list:
+    """Each of SIZES of `_SEGMENT_BYTES` against the chosen one on SIZE_CASES."""
+    chosen = _numpy_backend._SEGMENT_BYTES
+    print(f"\ntime / time with segments of {chosen // 1024} KiB, forward and vjp, "
+          "for segments of " + ", ".join(f"{size // 1024}" for size in SIZES) + " KiB")
+    rows = []
+    for shape, dtype, axis in SIZE_CASES:
+        decays = rng.uniform(0.5, 1.0, shape).astype(dtype)
+        impulses = rng.standard_normal(shape).astype(dtype)
+        output = cuscan.linear_recurrence(decays, impulses, axis=axis)
+        calls = {"forward": functools.partial(cuscan.linear_recurrence, decays, impulses,
+                                              axis=axis),
+                 "vjp": functools.partial(cuscan.linear_recurrence_vjp, impulses, decays,
+                                          output, axis=axis)}
+        row = {"shape": list(shape), "dtype": dtype, "axis": axis}
+        cells = against_chosen(row, calls, _numpy_backend, "_SEGMENT_BYTES", SIZES, 4)
+        rows.append(row)
+        print(f"{'x'.join(map(str, shape)):>12} {dtype:>10} {axis:>3} {cells}   "
+              f"{row['forward_s'][str(chosen)] * 1e3:.1f} {row['vjp_s'][str(chosen)] * 1e3:.1f}"
+              " ms", flush=True)
+    return rows
 
 
 if __name__ == "__main__":

@@ -77,8 +77,9 @@ _MAX_COPY_BYTES = 2**29
 # dtype) and the copy would exceed twice _SEGMENT_BYTES, the scan runs over segments of
 # time of about _SEGMENT_BYTES per array (at least _MIN_SCATTERED_LENGTH steps), one
 # after the other from the state the last one left: the copies hold a segment each
-# rather than the whole operand.
-_SEGMENT_BYTES = 2**24
+# rather than the whole operand, and stay in cache from the copy through the scan to the
+# copy back.
+_SEGMENT_BYTES = 2**20
 # Copies between a time-major array and one that is not (a single channel's
 # chunks, (C, L) copied to (L, C) for the chunked scan and back; time-contiguous
 # operands copied time-major and their results back) go tile by tile over the
