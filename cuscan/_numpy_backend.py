@@ -319,7 +319,10 @@ def _backward(go, a, h, h0, gx, ga, start: int, stop: int, after, acc, keep: boo
             _copy(target, g)
             if target.dtype == acc:
                 g = target
-        h = h[max(start - 1, 0):stop].astype(acc, copy=False)
+        h = h[max(start - 1, 0):stop]
+        if h.dtype != acc:
+            h, stored = _like(h, acc, scratch), h
+            np.copyto(h, stored, casting="unsafe")
         ga = ga[start:stop]
         ga[0] = np.conj(h0 if start == 0 else h[0]) * g[0]
         previous = h[:-1] if start == 0 else h[1:-1]
@@ -398,9 +401,9 @@ def _operand(view, dtype, scratch: Scratch, keep: bool = False):
         if view.dtype == dtype:
             return view
         stored = _stored(view)
-        if stored.strides[0] < 0:  # in its layout, backwards in time too
-            return np.broadcast_to(stored[::-1].astype(dtype)[::-1], view.shape)
-        return np.broadcast_to(stored.astype(dtype), view.shape)
+        into = _like(stored, dtype, scratch)
+        np.copyto(into, stored, casting="unsafe")
+        return np.broadcast_to(into, view.shape)
     stored = _stored(view)
     return np.broadcast_to(_copy(scratch.empty(stored.shape, dtype), stored), view.shape)
 
@@ -427,10 +430,16 @@ def _buffer(target, dtype, scratch: Scratch, keep: bool = False):
     if target.dtype == dtype and (keep or not _scattered(target, dtype)):
         return target
     if keep:
-        if target.strides[0] < 0:
-            return np.empty_like(target[::-1], dtype)[::-1]
-        return np.empty_like(target, dtype)
+        return _like(target, dtype, scratch)
     return scratch.empty(target.shape, dtype)
+
+
+def _like(view, dtype, scratch: Scratch):
+    """An array from ``scratch`` of the time-first ``view``'s shape in ``dtype``, laid out
+    as ``view`` is: the order of its axes in memory, and the direction of time."""
+    if view.strides[0] < 0:
+        return scratch.like(view[::-1], dtype)[::-1]
+    return scratch.like(view, dtype)
 
 
 def _initial(initial_state, channel_shape, dtype):
