@@ -439,6 +439,50 @@ def test_numpy_time_contiguous(monkeypatch, layout):
                                            atol=limit * np.abs(expected).max())
 
 
+@pytest.mark.parametrize("layout", ["copies", "views"])
+def test_numpy_runs(monkeypatch, layout):
+    """Steps in several runs ((B, T, D) along axis 1) are scanned in time-major copies, a
+    segment at a time, or as they lie: forward and backward give the reference's results
+    and those of the same data laid out time-major, for every method, half precision and
+    complex data, reversed, broadcast and strided operands."""
+    from cuscan import _numpy_backend
+
+    monkeypatch.setattr(_numpy_backend, "_MIN_RUNS_BYTES", 0)
+    monkeypatch.setattr(_numpy_backend, "_MAX_RUNS_ROW", np.inf if layout == "copies" else -1)
+    monkeypatch.setattr(_numpy_backend, "_SEGMENT_BYTES", 4096)  # segments of 256 steps
+    copied = []
+    scattered = _numpy_backend._scattered
+    monkeypatch.setattr(_numpy_backend, "_scattered",
+                        lambda *args: copied.append(scattered(*args)) or copied[-1])
+    numpy = Backend("numpy")
+    rng = np.random.default_rng(47)
+    for shape in ((3, 300, 5), (2, 1031, 2, 3)):
+        for dtype in ("float16", "float32", "complex128"):
+            decays = make(rng, shape, dtype)
+            impulses = make(rng, shape, dtype, low=-1.0)
+            state = make(rng, (shape[0], *shape[2:]), dtype, low=-1.0)
+            for method in METHODS:
+                check(numpy, decays, impulses, state, axis=1, method=method)
+            check(numpy, decays, impulses, axis=1, reverse=True)
+            check(numpy, decays[:, :1], impulses, state, axis=1)  # time-invariant
+            check(numpy, decays[:1], impulses, axis=1)  # broadcast along the batch
+            check(numpy, decays[..., ::2], impulses[..., ::2], axis=1)  # strided
+            output = cuscan.linear_recurrence(decays, impulses, state, axis=1)
+            weights = make(rng, shape, dtype, low=-1.0)
+            grads = cuscan.linear_recurrence_vjp(weights, decays, output, state, axis=1)
+            major = cuscan.linear_recurrence_vjp(
+                *(np.ascontiguousarray(np.moveaxis(v, 1, 0)) for v in (
+                    weights, decays, output)), state, axis=0)
+            limit = tolerance(dtype_of(dtype), shape[1])
+            for grad, expected in ((grads[0], np.moveaxis(major[0], 0, 1)),
+                                   (grads[1], np.moveaxis(major[1], 0, 1)),
+                                   (grads[2], major[2])):
+                expected = expected.astype(np.complex128)
+                np.testing.assert_allclose(grad, expected, rtol=0,
+                                           atol=limit * np.abs(expected).max())
+    assert any(copied) == (layout == "copies")
+
+
 def test_numpy_tiles(monkeypatch):
     """The NumPy backend's tiled copies: square tiles of about 256 KiB, a narrow axis
     leaving the other the rest, sides of at least 64 elements (of the first two axes,
@@ -533,10 +577,10 @@ def test_numpy_staged_copies(monkeypatch):
 
 def test_numpy_time_major_rule(monkeypatch):
     """Which time-first views the NumPy backend copies time-major: long, wide and
-    time-contiguous ones (narrower ones where the copy goes through a buffer), but for
-    steps scanned serially of elements of 8 bytes or more,
-    on few pages and strides that spread over the cache; shorter ones from 32 steps
-    and 2^15 elements; of any size (a segment at a time); a whole copy (cuscan.signal's)
+    time-contiguous ones (narrower ones where the copy goes through a buffer), and steps in
+    several runs (as (B, T, D) along axis 1), but for steps scanned serially of elements of
+    8 bytes or more, on few pages and strides that spread over the cache; shorter ones from
+    32 steps and 2^15 elements; of any size (a segment at a time); a whole copy (cuscan.signal's)
     not over the memory bound."""
     from cuscan import _numpy_backend
 
@@ -558,7 +602,7 @@ def test_numpy_time_major_rule(monkeypatch):
     assert copied((1000, 1000))
     # Steps of 3 KiB, scanned serially, on 384 pages
     assert not copied((384, 1000), np.float64)
-    assert not copied((384, 1000, 2), np.float64, axis=1)  # pairs of elements
+    assert copied((384, 1000, 2), np.float64, axis=1)  # pairs of elements: 384 runs
     assert copied((384, 1000))  # float32
     assert copied((384, 1024), np.float64)  # aliasing: rows a multiple of 1024 bytes
     assert not copied((384, 2000), np.float64)  # serially at any length
@@ -570,7 +614,7 @@ def test_numpy_time_major_rule(monkeypatch):
     assert copied((1000, 300), np.float64)  # 586 pages
     assert not copied((256, 1000), np.complex128)
     assert not copied((1000, 64), axis=0)  # time-major already
-    assert not copied((8, 1000, 64), axis=1)  # contiguous within each step
+    assert copied((8, 1000, 64), axis=1)  # in 8 runs (below)
     assert not copied((16, 1000))  # steps of 64 bytes: the chunked scan copies those
     assert not copied((16, 1000), np.complex128)  # 256 bytes, the chunked scan's
     assert copied((17, 1000), np.complex128)
@@ -584,6 +628,22 @@ def test_numpy_time_major_rule(monkeypatch):
     assert copied((2, 256, 64))
     assert not copied((64, 1000), view=lambda v: v[:, :1])  # time-invariant
     assert not copied((1, 1000), view=lambda v: np.broadcast_to(v, (64, 1000)))
+    # Steps in several contiguous runs, as (B, T, D) along axis 1: of up to 16 KiB, from 32
+    # steps and 64 KiB in all
+    assert copied((8, 1024, 256), axis=1)
+    assert copied((4, 1024, 1024), axis=1)
+    assert copied((16, 64, 16), axis=1)
+    assert copied((8, 1024, 512), axis=1, view=lambda v: v[..., ::2])  # strided runs
+    assert not copied((8, 1024, 1024), axis=1)  # 32 KiB a step
+    assert not copied((4, 1024, 1024), np.float64, axis=1)
+    assert not copied((8, 31, 256), axis=1)
+    assert not copied((2, 512, 4), axis=1)  # 16 KiB in all
+    assert not copied((1024, 8, 256), axis=0)  # one run
+    assert not copied((1, 1024, 256), axis=1)
+    assert not copied((8, 1024, 256), axis=1, view=lambda v: np.broadcast_to(v[:1], v.shape))
+    runs = np.empty((8, 1024, 256), np.float32).transpose(1, 0, 2)
+    assert not _numpy_backend._scattered_layout(runs.shape, runs.strides, np.float32,
+                                                once=False)  # cuscan.signal's whole copies
     monkeypatch.setattr(_numpy_backend, "_MAX_COPY_BYTES", 65 * 1000 * 4 - 1)
     assert copied((65, 1000))
     view = np.empty((65, 1000), np.float32).T
