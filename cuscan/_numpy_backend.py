@@ -77,7 +77,8 @@ _MAX_COPY_BYTES = 2**29
 # along axis 1, costs NumPy's loops an outer loop over the runs at every vector operation
 # (1.2 us against 0.5 for 2,048 float32 elements in 8 runs or in one): from
 # _MIN_SHORT_SCATTERED_LENGTH steps of at most _MAX_RUNS_ROW bytes, _MIN_RUNS_BYTES in all,
-# the scan runs on time-major copies (a segment at a time, in cache) instead.
+# the scan runs on time-major copies (a segment at a time, in cache) instead
+# (benchmarks/numpy_runs.py).
 _MAX_RUNS_ROW = 2**14
 _MIN_RUNS_BYTES = 2**16
 # Where an operand or the result would be copied (time-major, or to the accumulator's
