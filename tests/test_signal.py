@@ -94,6 +94,7 @@ def test_chunk_scan(monkeypatch, decay):
     loop, for real and complex decays (whose powers are cached apart where the values
     compare equal, as 0.0 and 0j do); a pair of poles' real and imaginary parts as
     `_solve` scans them, one real product where the chunks are few."""
+    from cuscan._scratch import Scratch
     from cuscan.signal import _chunks
 
     monkeypatch.setattr(_chunks, "_SCAN_BLOCK", 4)
@@ -107,10 +108,11 @@ def test_chunk_scan(monkeypatch, decay):
             expected = v.copy()
             for k in range(1, chunks):
                 expected[:, k] += decay * expected[:, k - 1]
-            result = _chunks._scan(decay, v.copy())
-            assert result.dtype == v.dtype
-            assert result.shape == v.shape
-            np.testing.assert_allclose(result, expected, rtol=1e-13, atol=1e-13)
+            with Scratch() as scratch:
+                result = _chunks._scan(decay, v.copy(), scratch)
+                assert result.dtype == v.dtype
+                assert result.shape == v.shape
+                np.testing.assert_allclose(result, expected, rtol=1e-13, atol=1e-13)
             if isinstance(decay, complex):
                 ends = np.stack([v.real, v.imag], axis=1)
                 _chunks._solve(ends, [(0, 2, None, decay)])

@@ -386,22 +386,25 @@ def _solve(ends: np.ndarray, stages) -> None:
     """In place, the chunks' end states from the chunks' own contributions ``ends``
     (batch, width, chunks): stage by stage (`_matrices`' ``stages``), each block driven
     by the blocks before it at the previous chunk and then scanned over the chunks."""
-    for first, size, coupling, decay in stages:
-        if coupling is not None:  # none for a numerator's memory, chunks outlasting it
-            ends[:, first:first + size, 1:] += coupling @ ends[:, :first, :-1]
-        if decay == 0:  # a numerator's memory
-            continue
-        if size == 2:
-            pair = ends[:, first:first + 2]  # (batch, real and imaginary parts, chunks)
-            if _one_product(len(pair), pair.shape[-1]):  # a real one
-                ends[:, first:first + 2] = times(pair.reshape(len(pair), 2 * pair.shape[-1]),
-                                                 _pair_powers(decay, pair.shape[-1])
-                                                 ).reshape(pair.shape)
+    with Scratch() as scratch:
+        for first, size, coupling, decay in stages:
+            if coupling is not None:  # none for a numerator's memory, chunks outlasting it
+                ends[:, first:first + size, 1:] += coupling @ ends[:, :first, :-1]
+            if decay == 0:  # a numerator's memory
                 continue
-            v = _scan(decay, ends[:, first] + 1j * ends[:, first + 1])
-            ends[:, first], ends[:, first + 1] = v.real, v.imag
-        else:
-            ends[:, first] = _scan(decay, ends[:, first])
+            if size == 2:
+                pair = ends[:, first:first + 2]  # (batch, real and imaginary parts, chunks)
+                if _one_product(len(pair), pair.shape[-1]):  # a real one
+                    ends[:, first:first + 2] = times(
+                        pair.reshape(len(pair), 2 * pair.shape[-1]),
+                        _pair_powers(decay, pair.shape[-1])).reshape(pair.shape)
+                    continue
+                v = scratch.empty(pair[:, 0].shape, np.complex128)
+                v.real, v.imag = pair[:, 0], pair[:, 1]
+                v = _scan(decay, v, scratch)
+                ends[:, first], ends[:, first + 1] = v.real, v.imag
+            else:
+                ends[:, first] = _scan(decay, ends[:, first], scratch)
 
 
 @functools.lru_cache(maxsize=32)
@@ -419,16 +422,16 @@ def _solver(sections: tuple, size: int, chunks: int) -> np.ndarray | None:
     return units
 
 
-def _scan(decay, v: np.ndarray) -> np.ndarray:
+def _scan(decay, v: np.ndarray, scratch: Scratch) -> np.ndarray:
     """``v[:, k] += decay * v[:, k - 1]`` over the chunks (rows, chunks): up to
-    _MATRIX_SCAN_ELEMENTS values as products (`_powers_scan`), otherwise by
-    `linear_recurrence`."""
+    _MATRIX_SCAN_ELEMENTS values as products (`_powers_scan`, its temporaries and maybe its
+    result from ``scratch``), otherwise by `linear_recurrence`."""
     if v.size > _MATRIX_SCAN_ELEMENTS:
         return linear_recurrence(decay, v, axis=-1)
-    return _powers_scan(decay, v)
+    return _powers_scan(decay, v, scratch)
 
 
-def _powers_scan(decay, v: np.ndarray) -> np.ndarray:
+def _powers_scan(decay, v: np.ndarray, scratch: Scratch) -> np.ndarray:
     """`_scan` as products: blocks of _SCAN_BLOCK chunks from rest, each times the
     powers of ``decay``; their end states scanned in turn over the blocks (``decay **
     _SCAN_BLOCK``), and each block's start state then carried into it."""
@@ -436,11 +439,14 @@ def _powers_scan(decay, v: np.ndarray) -> np.ndarray:
     if _one_product(rows, count):
         return times(v, _powers(decay, count))
     blocks = -(-count // _SCAN_BLOCK)
-    padded = np.zeros((rows, blocks * _SCAN_BLOCK), v.dtype)
-    padded[:, :count] = v
     powers = _powers(decay, _SCAN_BLOCK)
-    w = (padded.reshape(-1, _SCAN_BLOCK) @ powers).reshape(rows, blocks, _SCAN_BLOCK)
-    starts = _powers_scan(decay ** _SCAN_BLOCK, w[:, :-1, -1])
+    padded = scratch.empty((rows, blocks * _SCAN_BLOCK), v.dtype)
+    padded[:, :count] = v
+    padded[:, count:] = 0
+    w = scratch.empty((rows * blocks, _SCAN_BLOCK), np.result_type(v, powers))
+    np.matmul(padded.reshape(-1, _SCAN_BLOCK), powers, out=w)
+    w = w.reshape(rows, blocks, _SCAN_BLOCK)
+    starts = _powers_scan(decay ** _SCAN_BLOCK, w[:, :-1, -1], scratch)
     w[:, 1:] += starts[:, :, None] * (decay * powers[0])
     return w.reshape(rows, blocks * _SCAN_BLOCK)[:, :count]
 
