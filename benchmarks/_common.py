@@ -123,6 +123,31 @@ def against_chosen(row: dict, calls: dict, module, name: str, values, repeats: i
                  for label in calls) for value in values)
 
 
+def settings_table(shapes, dtypes, make_calls, module, name: str, values, repeats_of) -> list:
+    """`against_chosen` on each of ``shapes`` in each of ``dtypes``, ``make_calls(shape,
+    dtype)`` giving the calls (label -> function) and ``repeats_of(shape)`` their repeats;
+    printed as a table (each value's ratios, then the chosen value's times in milliseconds).
+    Returns the rows."""
+    chosen = getattr(module, name)
+    rows, names = [], None
+    for shape in shapes:
+        for dtype in dtypes:
+            calls = make_calls(shape, dtype)
+            if names is None:
+                names = list(calls)
+                width = 6 * len(names) - 1
+                print(f"\ntime / time with {name} = {chosen}: {', '.join(names)} for each value")
+                print(f"{'shape':>14} {'dtype':>10} "
+                      + " ".join(f"{v!s:>{width}}" for v in values) + "   chosen (ms)")
+            row = {"shape": list(shape), "dtype": np.dtype(dtype).name}
+            cells = against_chosen(row, calls, module, name, values, repeats_of(shape))
+            rows.append(row)
+            times = " ".join(f"{row[f'{n}_s'][str(chosen)] * 1e3:.2f}" for n in names)
+            print(f"{'x'.join(map(str, shape)):>14} {row['dtype']:>10} {cells}   {times}",
+                  flush=True)
+    return rows
+
+
 def alternated_settings(function, settings: dict, repeats: int, rounds: int = 3) -> dict:
     """`alternated` with several attributes set at once: ``settings`` maps a label to
     ``{(module, name): value}`` (`assigned`)."""

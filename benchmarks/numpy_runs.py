@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 import cuscan
-from benchmarks._common import against_chosen, environment, without_options, write
+from benchmarks._common import environment, settings_table, without_options, write
 from cuscan import _numpy_backend
 
 SHAPES = [(8, 1024, 256), (16, 2048, 128), (4, 4096, 512), (32, 512, 64), (8, 4096, 64),
@@ -46,30 +46,15 @@ def calls(rng, shape, dtype) -> dict:
             "vjp": functools.partial(cuscan.linear_recurrence_vjp, x, a, h, axis=1)}
 
 
-def table(rng, shapes, name: str, values) -> list:
-    """Each of ``values`` of ``_numpy_backend.<name>`` against the chosen one."""
-    chosen = getattr(_numpy_backend, name)
-    print(f"\ntime / time with {name} = {chosen}: forward, vjp for each value")
-    print(f"{'shape':>14} {'dtype':>10} " + " ".join(f"{v!s:>11}" for v in values)
-          + "   chosen (ms)")
-    rows = []
-    for shape in shapes:
-        for dtype in DTYPES:
-            row = {"shape": list(shape), "dtype": np.dtype(dtype).name}
-            repeats = max(3, min(4 * REPEATS, 10**7 // math.prod(shape)))
-            cells = against_chosen(row, calls(rng, shape, dtype), _numpy_backend, name, values,
-                                   repeats)
-            rows.append(row)
-            times = " ".join(f"{row[f'{n}_s'][str(chosen)] * 1e3:.2f}" for n in ("forward", "vjp"))
-            print(f"{'x'.join(map(str, shape)):>14} {np.dtype(dtype).name:>10} {cells}   {times}",
-                  flush=True)
-    return rows
-
-
 def main() -> None:
     rng = np.random.default_rng(0)
-    rows = table(rng, SHAPES, "_MAX_RUNS_ROW", ROWS)
-    small = table(rng, SMALL_SHAPES, "_MIN_RUNS_BYTES", BYTES)
+    def repeats(shape) -> int:
+        return max(3, min(4 * REPEATS, 10**7 // math.prod(shape)))
+
+    make = functools.partial(calls, rng)
+    rows = settings_table(SHAPES, DTYPES, make, _numpy_backend, "_MAX_RUNS_ROW", ROWS, repeats)
+    small = settings_table(SMALL_SHAPES, DTYPES, make, _numpy_backend, "_MIN_RUNS_BYTES", BYTES,
+                           repeats)
     path = write("numpy_runs", {"environment": environment(),
                                 "chosen_max_runs_row": _numpy_backend._MAX_RUNS_ROW,
                                 "chosen_min_runs_bytes": _numpy_backend._MIN_RUNS_BYTES,

@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 import cuscan
-from benchmarks._common import against_chosen, environment, without_options, write
+from benchmarks._common import environment, settings_table, without_options, write
 from cuscan import _numpy_backend
 
 # Time-contiguous shapes along axis -1: the strides of a step are multiples of 1,024 bytes
@@ -59,32 +59,15 @@ def calls(rng, shape, dtype, copy: bool = True) -> dict:
             "vjp": functools.partial(cuscan.linear_recurrence_vjp, x, a, h, axis=-1)}
 
 
-def table(rng, shapes, name: str, values, copy: bool) -> list:
-    """Each of ``values`` of ``_numpy_backend.<name>`` against the chosen one on ``shapes``."""
-    chosen = getattr(_numpy_backend, name)
-    names = ("copy", "forward", "vjp") if copy else ("forward", "vjp")
-    print(f"\ntime / time with {name} = {chosen}: {', '.join(names)} for each value")
-    width = 6 * len(names) - 1
-    print(f"{'shape':>14} {'dtype':>10} " + " ".join(f"{v!s:>{width}}" for v in values)
-          + "   chosen (ms)")
-    rows = []
-    for shape in shapes:
-        for dtype in DTYPES:
-            row = {"shape": list(shape), "dtype": np.dtype(dtype).name}
-            repeats = max(2, min(REPEATS, 4 * 10**7 // math.prod(shape)))
-            cells = against_chosen(row, calls(rng, shape, dtype, copy), _numpy_backend, name,
-                                   values, repeats)
-            rows.append(row)
-            times = " ".join(f"{row[f'{n}_s'][str(chosen)] * 1e3:.1f}" for n in names)
-            print(f"{'x'.join(map(str, shape)):>14} {np.dtype(dtype).name:>10} {cells}   "
-                  f"{times}", flush=True)
-    return rows
-
-
 def main() -> None:
     rng = np.random.default_rng(0)
-    rows = table(rng, SHAPES, "_MIN_STAGED", VALUES, copy=True)
-    chunks = table(rng, CHUNK_SHAPES, "_MAX_STAGED_CHUNK_ITEMSIZE", CHUNK_VALUES, copy=False)
+    def repeats(shape) -> int:
+        return max(2, min(REPEATS, 4 * 10**7 // math.prod(shape)))
+
+    rows = settings_table(SHAPES, DTYPES, functools.partial(calls, rng), _numpy_backend,
+                          "_MIN_STAGED", VALUES, repeats)
+    chunks = settings_table(CHUNK_SHAPES, DTYPES, functools.partial(calls, rng, copy=False),
+                            _numpy_backend, "_MAX_STAGED_CHUNK_ITEMSIZE", CHUNK_VALUES, repeats)
     path = write("numpy_staged", {
         "environment": environment(), "chosen_min_staged": _numpy_backend._MIN_STAGED,
         "chosen_max_staged_chunk_itemsize": _numpy_backend._MAX_STAGED_CHUNK_ITEMSIZE,
