@@ -329,8 +329,7 @@ def _backward(go, a, h, h0, gx, ga, start: int, stop: int, after, acc, keep: boo
                 g = target
         h = h[max(start - 1, 0):stop]
         if h.dtype != acc:
-            h, stored = _like(h, acc, scratch), h
-            np.copyto(h, stored, casting="unsafe")
+            h = _converted(h, acc, scratch)
         ga = ga[start:stop]
         ga[0] = np.conj(h0 if start == 0 else h[0]) * g[0]
         previous = h[:-1] if start == 0 else h[1:-1]
@@ -394,8 +393,7 @@ def _in_runs(shape, strides, dtype) -> bool:
     if not (shape[0] >= _MIN_SHORT_SCATTERED_LENGTH and row <= _MAX_RUNS_ROW
             and shape[0] * row >= _MIN_RUNS_BYTES):
         return False
-    axes = _step_axes(shape, strides)
-    return any(outer[1] != inner[0] * inner[1] for outer, inner in itertools.pairwise(axes))
+    return not _merge(_step_axes(shape, strides))
 
 
 def _step_axes(shape, strides) -> list[tuple[int, int]]:
@@ -419,10 +417,7 @@ def _operand(view, dtype, scratch: Scratch, keep: bool = False):
     if keep or not _scattered(view, dtype):
         if view.dtype == dtype:
             return view
-        stored = _stored(view)
-        into = _like(stored, dtype, scratch)
-        np.copyto(into, stored, casting="unsafe")
-        return np.broadcast_to(into, view.shape)
+        return np.broadcast_to(_converted(_stored(view), dtype, scratch), view.shape)
     stored = _stored(view)
     return np.broadcast_to(_copy(scratch.empty(stored.shape, dtype), stored), view.shape)
 
@@ -451,6 +446,13 @@ def _buffer(target, dtype, scratch: Scratch, keep: bool = False):
     if keep:
         return _like(target, dtype, scratch)
     return scratch.empty(target.shape, dtype)
+
+
+def _converted(view, dtype, scratch: Scratch):
+    """A copy of the time-first ``view`` in ``dtype``, laid out as it is (`_like`)."""
+    into = _like(view, dtype, scratch)
+    np.copyto(into, view, casting="unsafe")
+    return into
 
 
 def _like(view, dtype, scratch: Scratch):
@@ -796,9 +798,14 @@ def _two_axes(view):
         return None
     axes = [(size, stride) for size, stride in zip(view.shape[1:], view.strides[1:],
                                                    strict=True) if size > 1]
-    if any(outer[1] != inner[0] * inner[1] for outer, inner in itertools.pairwise(axes)):
+    if not _merge(axes):
         return None
     return view.reshape(view.shape[0], math.prod(view.shape[1:]))
+
+
+def _merge(axes) -> bool:
+    """Whether ``axes`` ((size, byte stride), outermost first) merge into one axis."""
+    return all(outer[1] == inner[0] * inner[1] for outer, inner in itertools.pairwise(axes))
 
 
 def _staged(dst, src, rows: int, columns: int, scratch: Scratch):
