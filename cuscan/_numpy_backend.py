@@ -124,6 +124,12 @@ _MAX_STAGED_CHUNK_ITEMSIZE = 4
 # a few microseconds per array; it is done from _WHOLE_ROWS_FROM rows (time steps
 # times chunks), where the inner loop's per-row cost outgrows it.
 _WHOLE_ROWS_FROM = 4096
+# The chunked scan's copies of narrow steps lay out the chunks and channels of a step as
+# the operand does (_chunk_order; False keeps the chunks outermost, for benchmarks), and
+# copy time-contiguous channels' runs of chunks of at least _MIN_RUN_BYTES one at a time
+# where they lie pages apart (_runs_apart).
+_CHUNKS_AS_THEY_LIE = True
+_MIN_RUN_BYTES = 2**16
 # Decays constant in time turn each chunk's scan into a product with one L x L matrix of
 # their powers (see _blocked), run by BLAS on the operands in place where every channel's
 # steps are contiguous (one channel; (C, T) along axis -1), from _BLOCKED_FROM steps and
@@ -439,12 +445,10 @@ def _stored(view):
 
 def _buffer(target, dtype, scratch: Scratch, keep: bool = False):
     """Where to scan into for the time-first ``target``: itself where it has ``dtype``
-    and is not scattered, else a time-major array from ``scratch`` copied into it after;
-    with ``keep``, an array of ``target``'s layout."""
-    if target.dtype == dtype and (keep or not _scattered(target, dtype)):
-        return target
-    if keep:
-        return _like(target, dtype, scratch)
+    and is not scattered (or ``keep``), else an array from ``scratch`` copied into it
+    after: time-major where ``target`` is scattered, else laid out as it is."""
+    if keep or not _scattered(target, dtype):
+        return target if target.dtype == dtype else _like(target, dtype, scratch)
     return scratch.empty(target.shape, dtype)
 
 
@@ -1006,6 +1010,67 @@ def _parallel(a, x, h0, out) -> None:
         _chunked(a, x, h0, out, scratch)
 
 
+def _chunk_order(view) -> tuple[int, ...]:
+    """The order, outermost first, in which `_chunked`'s arrays lay out the axes of a step
+    of the chunked ``view`` (chunk, count, channels...): the axes after the first as
+    ``view`` lays them out, by decreasing stride, so that copying ``view`` runs over one
+    axis of chunks and channels merged wherever ``view``'s allow it (see `_copy`). For
+    time-contiguous channels that puts the chunks innermost: each of those channels is
+    one run of ``count`` chunks, and a step of a few channels copies as one transposed
+    matrix rather than runs of a few elements."""
+    if not _CHUNKS_AS_THEY_LIE:
+        return tuple(range(view.ndim - 1))
+    axes = range(view.ndim - 1)
+    return tuple(sorted(axes, key=lambda i: -abs(view.strides[i + 1]) if view.shape[i + 1] > 1
+                        else -math.inf))
+
+
+def _ordered(make, shape, dtype, order):
+    """``make(..., dtype)`` of ``shape``, its axes in memory in ``order`` (outermost first)."""
+    return make(tuple(shape[i] for i in order), dtype).transpose(np.argsort(order))
+
+
+def _in_order(view, order):
+    """``view``'s axes in ``order`` after the first."""
+    return view.transpose(0, *(i + 1 for i in order))
+
+
+def _copied(view, order, scratch: Scratch):
+    """A copy of ``view`` from ``scratch`` whose axes after the first lie in ``order``."""
+    copy = _ordered(scratch.empty, view.shape, view.dtype, (0, *(i + 1 for i in order)))
+    _copy_in_order(copy, view, order)
+    return copy
+
+
+def _copy_in_order(dst, src, order) -> None:
+    """`_copy` of chunked views (chunk, count, channels...) with their axes after the first
+    in ``order``; one index at a time of the channel axes laid out outside the chunks'
+    where `_runs_apart` (each time-contiguous channel's run of chunks apart)."""
+    dst, src = _in_order(dst, order), _in_order(src, order)
+    outer = order.index(0)
+    if outer and _runs_apart(dst, src, outer):
+        for index in np.ndindex(dst.shape[1:1 + outer]):
+            _copy(dst[(slice(None), *index)], src[(slice(None), *index)])
+        return
+    _copy(dst, src)
+
+
+def _runs_apart(dst, src, outer: int) -> bool:
+    """Whether `_copy_in_order` copies one run of chunks at a time: where the ``outer``
+    channel axes after the first of ``dst`` and ``src`` do not merge with the rest (a
+    segment of time, or chunks that leave steps over), and lie a multiple of _PAGE bytes
+    apart in either, runs of at least _MIN_RUN_BYTES. NumPy copies such views one
+    position of every run at a time: runs a page apart share their cache sets, and at a
+    position a run's lines, read once for each of the elements they hold, have left the
+    cache; `_copy` tiles each run alone."""
+    if _two_axes(dst) is not None and _two_axes(src) is not None:
+        return False
+    run = math.prod(dst.shape[outer + 1:]) * dst.shape[0] * dst.itemsize
+    return run >= _MIN_RUN_BYTES and any(
+        size > 1 and abs(stride) % _PAGE == 0 for view in (dst, src)
+        for size, stride in zip(view.shape[1:1 + outer], view.strides[1:1 + outer], strict=True))
+
+
 def _chunked(a, x, h0, out, scratch: Scratch) -> None:
     """`_parallel`, its copies of the chunks taken from ``scratch``."""
     length = a.shape[0]
@@ -1017,33 +1082,38 @@ def _chunked(a, x, h0, out, scratch: Scratch) -> None:
     # every chunk. (Splitting one axis in two is a view for any strides, so `oc`
     # writes into `out`.)
     ac, xc, oc = (np.swapaxes(v[:body].reshape(shape), 0, 1) for v in (a, x, out))
+    row = _row(out)
+    compact = row <= _MAX_STRIDED_ROW or (row <= _MAX_APART_CHUNK_ROW and _apart(x))
+    # The order in memory of the axes of a step: the chunks' and the channels'.
+    order = _chunk_order(xc) if compact else tuple(range(xc.ndim - 1))
     per_channel = any(s for n, s in zip(ac.shape[2:], ac.strides[2:], strict=True) if n > 1)
     if ac.strides[0] == 0 and per_channel and body >= _WHOLE_ROWS_FROM:
         # Decays constant in time but not over the channels: one row over the
         # chunks serves every step. Broadcast over the chunks, they would make
         # NumPy's inner loop run over the channels alone, a few elements at a
         # time. (A single decay for all channels is a scalar to NumPy: fast.)
-        ac = np.broadcast_to(np.ascontiguousarray(ac[0]), ac.shape)
-    row = _row(out)
-    compact = row <= _MAX_STRIDED_ROW or (row <= _MAX_APART_CHUNK_ROW and _apart(x))
+        decays = _ordered(np.empty, ac.shape[1:], ac.dtype, order)
+        np.copyto(decays, ac[0])
+        ac = np.broadcast_to(decays, ac.shape)
     if compact:
         # Narrow rows make those steps strided, elements far apart: with the
         # copies' cost included, contiguous copies take 0.5 to 0.8 of the time.
         # (Decays broadcast along time, stride 0, stay views.)
         if ac.strides[0] != 0:
-            ac = _copy(scratch.empty(ac.shape, ac.dtype), ac)
+            ac = _copied(ac, order, scratch)
         # A copy even where the view is contiguous (a single chunk): the outputs
         # overwrite it.
-        xc = _copy(scratch.empty(xc.shape, xc.dtype), xc)
+        xc = _copied(xc, order, scratch)
     target = xc if compact else oc
 
-    reduced = np.zeros((count, *out.shape[1:]), out.dtype)
+    reduced = _ordered(np.zeros, (count, *out.shape[1:]), out.dtype, order)
     for aj, xj in zip(ac, xc, strict=False):
         np.multiply(aj, reduced, reduced)
         np.add(reduced, xj, reduced)
-    products = np.multiply.reduce(ac, axis=0, dtype=_dtypes.carry(out.dtype))
+    products = _ordered(np.empty, reduced.shape, _dtypes.carry(out.dtype), order)
+    np.multiply.reduce(ac, axis=0, dtype=products.dtype, out=products)
 
-    carries = np.empty((count + 1, *out.shape[1:]), products.dtype)
+    carries = _ordered(np.empty, (count + 1, *out.shape[1:]), products.dtype, order)
     carries[0] = h0
     scan(products, reduced, h0, carries[1:], "auto")
 
@@ -1054,7 +1124,7 @@ def _chunked(a, x, h0, out, scratch: Scratch) -> None:
         np.add(xj, step, oj)
         h = oj
     if compact:
-        _copy(oc, xc)
+        _copy_in_order(oc, xc, order)
     _serial(a[body:], x[body:], carries[-1], out[body:])
 
     finite = np.isfinite(products).all(axis=0)

@@ -483,6 +483,59 @@ def test_numpy_runs(monkeypatch, layout):
     assert any(copied) == (layout == "copies")
 
 
+@pytest.mark.parametrize("as_they_lie", [True, False])
+def test_numpy_chunk_order(monkeypatch, as_they_lie):
+    """The chunked scan's copies of narrow steps lay out each step's chunks and channels as
+    the operand does (time-contiguous channels: the chunks innermost, one channel's run of
+    chunks at a time where the runs lie pages apart) or the chunks outermost: forward and
+    backward give the reference's results and those of the same data laid out time-major,
+    for every method, half precision and complex data, reversed, broadcast and strided
+    operands, whole and in segments of time."""
+    from cuscan import _numpy_backend
+
+    monkeypatch.setattr(_numpy_backend, "_CHUNKS_AS_THEY_LIE", as_they_lie)
+    monkeypatch.setattr(_numpy_backend, "_MIN_RUN_BYTES", 0)
+    apart = []
+    runs_apart = _numpy_backend._runs_apart
+    monkeypatch.setattr(_numpy_backend, "_runs_apart",
+                        lambda *args: apart.append(runs_apart(*args)) or apart[-1])
+    numpy = Backend("numpy")
+    rng = np.random.default_rng(53)
+    def chunked(view, chunk):  # time-first (T, C) as (chunk, count, C)
+        return np.swapaxes(view.reshape(-1, chunk, view.shape[1]), 0, 1)
+
+    contiguous = _numpy_backend._chunk_order(chunked(np.empty((4, 1000)).T, 10))
+    assert contiguous == ((1, 0) if as_they_lie else (0, 1))
+    assert _numpy_backend._chunk_order(chunked(np.empty((1000, 4)), 10)) == (0, 1)
+    for segment in (2**20, 4096):
+        monkeypatch.setattr(_numpy_backend, "_SEGMENT_BYTES", segment)
+        # (3, 2048): runs a multiple of a page apart; (2, 3, 1031): neither.
+        for shape in ((3, 2048), (2, 3, 1031)):
+            for dtype in ("float16", "float32", "complex128"):
+                decays = make(rng, shape, dtype)
+                impulses = make(rng, shape, dtype, low=-1.0)
+                state = make(rng, shape[:-1], dtype, low=-1.0)
+                for method in METHODS:
+                    check(numpy, decays, impulses, state, axis=-1, method=method)
+                check(numpy, decays, impulses, axis=-1, reverse=True)
+                check(numpy, decays[..., :1], impulses, state, axis=-1)  # time-invariant
+                check(numpy, decays[..., :1, :], impulses, axis=-1)  # broadcast channels
+                check(numpy, decays[..., ::3], impulses[..., ::3], axis=-1)  # strided
+                output = cuscan.linear_recurrence(decays, impulses, state, axis=-1)
+                weights = make(rng, shape, dtype, low=-1.0)
+                grads = cuscan.linear_recurrence_vjp(weights, decays, output, state, axis=-1)
+                major = cuscan.linear_recurrence_vjp(
+                    *(np.ascontiguousarray(np.moveaxis(v, -1, 0)) for v in (
+                        weights, decays, output)), state, axis=0)
+                limit = tolerance(dtype_of(dtype), shape[-1])
+                for grad, expected in ((grads[0], np.moveaxis(major[0], 0, -1)),
+                                       (grads[1], np.moveaxis(major[1], 0, -1)),
+                                       (grads[2], major[2])):
+                    expected = expected.astype(np.complex128)
+                    np.testing.assert_allclose(grad, expected, rtol=0,
+                                               atol=limit * np.abs(expected).max())
+    assert any(apart) == as_they_lie
+
 def test_numpy_tiles(monkeypatch):
     """The NumPy backend's tiled copies: square tiles of about 256 KiB, a narrow axis
     leaving the other the rest, sides of at least 64 elements (of the first two axes,
