@@ -536,6 +536,28 @@ def test_numpy_chunk_order(monkeypatch, as_they_lie):
                                                atol=limit * np.abs(expected).max())
     assert any(apart) == as_they_lie
 
+def test_numpy_work_buffer():
+    """A result of lower precision than the scan's is scanned into a buffer laid out as the
+    result where the scan works in copies of its own (Hillis and Steele's scan, the chunked
+    scan on narrow steps), from 256 steps, else (the serial loop, short scans) time-major;
+    a result scattered for its layout always time-major."""
+    from cuscan import _numpy_backend
+    from cuscan._scratch import Scratch
+
+    def buffer(shape, method, dtype="float16"):
+        target = np.empty(shape, dtype).T  # time-first, time-contiguous
+        with Scratch() as scratch:
+            work = _numpy_backend._buffer(target, np.float32, scratch, method=method)
+            return work.dtype, work.strides[0] < work.strides[1]
+
+    for method in ("auto", "parallel"):
+        assert buffer((4, 4096), method) == (np.float32, True)  # Hillis and Steele's
+        assert buffer((2, 65536), method) == (np.float32, True)  # chunks copied
+        assert buffer((1024, 4096), method) == (np.float32, False)  # scattered
+    assert buffer((4, 4096), "serial") == (np.float32, False)
+    assert buffer((16, 100), "auto") == (np.float32, False)  # short
+    assert buffer((4, 4096), "auto", "float32") == (np.float32, True)  # the result itself
+
 def test_numpy_tiles(monkeypatch):
     """The NumPy backend's tiled copies: square tiles of about 256 KiB, a narrow axis
     leaving the other the rest, sides of at least 64 elements (of the first two axes,
