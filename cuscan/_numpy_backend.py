@@ -1037,9 +1037,9 @@ def _chunk_order(view) -> tuple[int, ...]:
     matrix rather than runs of a few elements."""
     if not _CHUNKS_AS_THEY_LIE:
         return tuple(range(view.ndim - 1))
-    axes = range(view.ndim - 1)
+    axes = range(view.ndim - 1)  # axes of one element innermost, where they change nothing
     return tuple(sorted(axes, key=lambda i: -abs(view.strides[i + 1]) if view.shape[i + 1] > 1
-                        else -math.inf))
+                        else math.inf))
 
 
 def _ordered(make, shape, dtype, order):
