@@ -349,8 +349,9 @@ def _backward(go, a, h, h0, gx, ga, start: int, stop: int, after, acc, keep: boo
 
 def _time_first(view, axis: int):
     """``view`` with time first and at least one channel axis after it."""
-    if axis % view.ndim:  # moveaxis costs as much as a small scan
-        view = np.moveaxis(view, axis, 0)
+    axis %= view.ndim
+    if axis:  # as np.moveaxis(view, axis, 0), which costs 2 us (a small scan's 16 steps)
+        view = view.transpose(axis, *range(axis), *range(axis + 1, view.ndim))
     return view if view.ndim > 1 else view[:, None]
 
 
