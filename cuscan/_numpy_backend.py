@@ -124,6 +124,12 @@ _MAX_STAGED_CHUNK_ITEMSIZE = 4
 # a few microseconds per array; it is done from _WHOLE_ROWS_FROM rows (time steps
 # times chunks), where the inner loop's per-row cost outgrows it.
 _WHOLE_ROWS_FROM = 4096
+# The serial loop's decays constant in time and broadcast over some channels (as (D,)
+# decays for (B, T, D) along axis 1) are laid out whole, as the result's steps, from
+# _ROW_STEPS steps of _ROW_ELEMENTS elements: each step's inner loop then runs over the
+# whole step, not the few channels between broadcast axes (benchmarks/numpy_serial_rows.py).
+_ROW_STEPS = 32
+_ROW_ELEMENTS = 64
 # The chunked scan's copies of narrow steps lay out the chunks and channels of a step as
 # the operand does (_chunk_order; False keeps the chunks outermost, for benchmarks), and
 # copy time-contiguous channels' runs of chunks of at least _MIN_RUN_BYTES one at a time
@@ -755,10 +761,30 @@ def _serial(a, x, h, out) -> None:
     """The recurrence step by step over time-first arrays of at least two axes, of one
     length; the steps are taken by iterating over them (not checked: ``strict`` costs as
     much as a step), which costs less than indexing them."""
+    if len(a) >= _ROW_STEPS and out[0].size >= _ROW_ELEMENTS and _broadcast_row(a):
+        a = np.broadcast_to(_laid_out(a[0], out[0]), a.shape)
     for at, xt, ot in zip(a, x, out, strict=False):
         np.multiply(at, h, ot)
         np.add(ot, xt, ot)
         h = ot
+
+
+def _broadcast_row(a) -> bool:
+    """Whether the time-first decays ``a`` are constant in time, one row for every step,
+    broadcast over some of the channels but not all (NumPy's inner loop would run over
+    the channels between the broadcast axes alone, a few at a time)."""
+    if a.strides[0] != 0 or a.shape[0] < 2:
+        return False
+    channels = [stride for size, stride in zip(a.shape[1:], a.strides[1:], strict=True)
+                if size > 1]
+    return any(channels) and not all(channels)
+
+
+def _laid_out(row, like):
+    """A copy of ``row`` laid out as ``like`` (its axes' order in memory)."""
+    copy = np.empty_like(like, dtype=row.dtype)
+    np.copyto(copy, row)
+    return copy
 
 
 def _chunk_length(length: int, width: int) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import array
+import math
 
 import numpy as np
 import pytest
@@ -557,6 +558,56 @@ def test_numpy_work_buffer():
     assert buffer((4, 4096), "serial") == (np.float32, False)
     assert buffer((16, 100), "auto") == (np.float32, False)  # short
     assert buffer((4, 4096), "auto", "float32") == (np.float32, True)  # the result itself
+
+@pytest.mark.parametrize("laid_out", [True, False])
+def test_numpy_serial_broadcast_rows(monkeypatch, laid_out):
+    """The serial loop's decays constant in time and broadcast over some channels ((D,)
+    decays of (B, T, D) along axis 1) run as one row laid out as the result's steps, or
+    broadcast as given: forward and backward give the reference's results and those of
+    the decays written out in full, for every method, half precision and complex data,
+    reversed and strided operands."""
+    from cuscan import _numpy_backend
+
+    monkeypatch.setattr(_numpy_backend, "_ROW_STEPS", 2 if laid_out else np.inf)
+    rows = []
+    laid = _numpy_backend._laid_out
+    monkeypatch.setattr(_numpy_backend, "_laid_out",
+                        lambda *args: rows.append(args) or laid(*args))
+    numpy = Backend("numpy")
+    rng = np.random.default_rng(59)
+    row = _numpy_backend._broadcast_row  # of time-first decays
+    assert row(np.broadcast_to(np.ones(5), (7, 4, 5)))
+    assert not row(np.broadcast_to(np.ones((4, 5)), (7, 4, 5)))  # a whole row already
+    assert not row(np.broadcast_to(np.ones(1), (7, 4, 5)))  # one decay
+    assert not row(np.ones((7, 4, 5)))  # varying in time
+    for shape, decay_shape in (((3, 70, 40), (40,)), ((2, 50, 3, 30), (2, 1, 1, 30))):
+        for dtype in ("float16", "float32", "complex128"):
+            decays = make(rng, decay_shape, dtype)
+            full = np.ascontiguousarray(np.broadcast_to(decays, shape))
+            impulses = make(rng, shape, dtype, low=-1.0)
+            state = make(rng, (shape[0], *shape[2:]), dtype, low=-1.0)
+            for method in METHODS:
+                check(numpy, decays, impulses, state, axis=1, method=method)
+            check(numpy, decays, impulses, axis=1, reverse=True, method="serial")
+            check(numpy, decays, impulses[:, ::-1], axis=1, method="serial")  # reversed
+            check(numpy, decays[..., ::2], impulses[..., ::2], axis=1, method="serial")
+            output = cuscan.linear_recurrence(decays, impulses, state, axis=1)
+            weights = make(rng, shape, dtype, low=-1.0)
+            grads = cuscan.linear_recurrence_vjp(weights, decays, output, state, axis=1)
+            expected = cuscan.linear_recurrence_vjp(weights, full, output, state, axis=1)
+            summed = tuple(range(full.ndim - len(decay_shape)))
+            kept = tuple(i for i, n in enumerate(decay_shape, full.ndim - len(decay_shape))
+                         if n == 1 and full.shape[i] > 1)
+            limit = tolerance(dtype_of(dtype), shape[1])
+            terms = math.prod(shape) // math.prod(decay_shape)  # summed into each decay's
+            for grad, want, count in (
+                    (grads[0], expected[0].sum(summed + kept, keepdims=True)
+                     .reshape(decay_shape), terms),
+                    (grads[1], expected[1], 1), (grads[2], expected[2], 1)):
+                want = want.astype(np.complex128)
+                np.testing.assert_allclose(grad, want, rtol=0,
+                                           atol=limit * count * np.abs(want).max())
+    assert bool(rows) == laid_out
 
 def test_numpy_tiles(monkeypatch):
     """The NumPy backend's tiled copies: square tiles of about 256 KiB, a narrow axis
