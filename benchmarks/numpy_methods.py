@@ -60,7 +60,7 @@ def crossovers(rng) -> list[dict]:
                         times[method] = min(times[method], best_time(
                             lambda m=method, a=a, x=x: cuscan.linear_recurrence(a, x, method=m),
                             calls))
-                chosen = (_numpy_backend._doubles(length, x)
+                chosen = (_numpy_backend._doubles(length, _numpy_backend._row(x))
                           or _numpy_backend._parallel_wins(length, _numpy_backend._row(x)))
                 rows.append({"length": length, "width": width, "dtype": np.dtype(dtype).name,
                              "chosen": "parallel" if chosen else "serial",
@@ -81,7 +81,7 @@ def doubling(rng) -> list[dict]:
     """Hillis and Steele's scan over the method "auto" chose without it, alternated in
     rounds, over short (T, width) scans of each dtype."""
     rows = []
-    variants = {"doubling": lambda length, out: True, "without": lambda length, out: False}
+    variants = {"doubling": lambda length, row: True, "without": lambda length, row: False}
     for dtype in CROSSOVER_DTYPES:
         print(f"\n{np.dtype(dtype).name}: Hillis and Steele's scan / auto without it;"
               " < 1 means it is faster; * marks the rule's choice of it")
@@ -97,7 +97,7 @@ def doubling(rng) -> list[dict]:
                 times = alternated(lambda a=a, x=x: cuscan.linear_recurrence(a, x),
                                    _numpy_backend, "_doubles", variants,
                                    max(3, min(200, 200_000 // (length * width))))
-                chosen = _numpy_backend._doubles(length, x)
+                chosen = _numpy_backend._doubles(length, _numpy_backend._row(x))
                 rows.append({"length": length, "width": width, "dtype": np.dtype(dtype).name,
                              "chosen": chosen, "doubling_s": times["doubling"],
                              "without_s": times["without"]})

@@ -11,8 +11,12 @@ with `_ROW_STEPS` out of reach (never laid out) and at the chosen value, alterna
 process (so a loaded machine slows all alike), on batch-first shapes with per-feature
 decays and `(B, C, T)` along axis -1 with per-channel decays, in two dtypes; then
 `_ROW_ELEMENTS` at 0, the chosen value and 256 on small steps. Prints each time over the
-chosen setting's, then the chosen one's in milliseconds. Writes
-results/numpy_serial_rows.json.
+chosen setting's, then the chosen one's in milliseconds.
+
+Then steps in several runs below `_MIN_RUNS_BYTES` in all: time-major copies of them where
+the serial loop would run on them as they lie (`_in_runs`, `_copies_steps`) against the
+rule before, which copied none (in the same process, as above), with decays per feature
+and in full. Writes results/numpy_serial_rows.json.
 
     python -m benchmarks.numpy_serial_rows
 """
@@ -25,7 +29,7 @@ import math
 import numpy as np
 
 import cuscan
-from benchmarks._common import environment, settings_table, without_options, write
+from benchmarks._common import alternated, environment, settings_table, without_options, write
 from cuscan import _numpy_backend
 
 # shape: (decays' shape, axis)
@@ -35,18 +39,57 @@ CASES = {(16, 1024, 64): ((64,), 1), (8, 2048, 256): ((256,), 1), (4, 4096, 1024
 SMALL_CASES = {(2, 64, 16): ((16,), 1), (16, 64, 8): ((8,), 1), (4, 64, 32): ((32,), 1),
                (2, 256, 64): ((64,), 1), (8, 100, 16): ((16,), 1)}
 DTYPES = (np.float32, np.float64)
+# (B, T, D) along axis 1 below 64 KiB in float32, and its decays: per feature, or in full
+# (None).
+RUNS_CASES = [((16, 64, 8), (8,)), ((16, 64, 8), None), ((4, 64, 32), (32,)),
+              ((8, 100, 16), (16,)), ((32, 64, 4), (4,)), ((8, 32, 16), (16,)),
+              ((4, 32, 16), None), ((2, 64, 16), (16,)), ((2, 256, 64), (64,)),
+              ((16, 64, 64), None), ((4, 128, 16), (16,))]
 
 
 def calls(rng, case, dtype) -> dict:
     """Forward (auto and serial) and the vector-Jacobian product for ``case``."""
     shape, (decay_shape, axis) = case
     x = rng.standard_normal(shape).astype(dtype)
-    a = rng.uniform(0.9, 1.0, decay_shape).astype(dtype)
+    a = rng.uniform(0.9, 1.0, shape if decay_shape is None else decay_shape).astype(dtype)
     h = cuscan.linear_recurrence(a, x, axis=axis)
     return {"auto": functools.partial(cuscan.linear_recurrence, a, x, axis=axis),
             "serial": functools.partial(cuscan.linear_recurrence, a, x, axis=axis,
                                         method="serial"),
             "vjp": functools.partial(cuscan.linear_recurrence_vjp, x, a, h, axis=axis)}
+
+
+def before(shape, strides, dtype) -> bool:
+    """`_in_runs` as it was: steps in runs copied from `_MIN_RUNS_BYTES` in all only."""
+    row = math.prod(shape[1:]) * np.dtype(dtype).itemsize
+    return (shape[0] >= _numpy_backend._MIN_SHORT_SCATTERED_LENGTH
+            and row <= _numpy_backend._MAX_RUNS_ROW
+            and shape[0] * row >= _numpy_backend._MIN_RUNS_BYTES
+            and not _numpy_backend._merge(_numpy_backend._step_axes(shape, strides)))
+
+
+def runs(rng, repeats_of) -> list:
+    """The table of steps in runs below `_MIN_RUNS_BYTES`: the rule before over the chosen."""
+    rules = {"before": before, "chosen": _numpy_backend._in_runs}
+    print("\ntime / chosen time with steps in runs copied from _MIN_RUNS_BYTES only:"
+          " auto, serial, vjp")
+    rows = []
+    for shape, decay_shape in RUNS_CASES:
+        for dtype in DTYPES:
+            row = {"shape": list(shape), "dtype": np.dtype(dtype).name,
+                   "decays": None if decay_shape is None else list(decay_shape)}
+            for label, call in calls(rng, (shape, (decay_shape, 1)), dtype).items():
+                row[f"{label}_s"] = alternated(call, _numpy_backend, "_in_runs", rules,
+                                               repeats_of(shape), rounds=5)
+            rows.append(row)
+            ratios = " ".join(f"{row[f'{n}_s']['before'] / row[f'{n}_s']['chosen']:5.2f}"
+                              for n in ("auto", "serial", "vjp"))
+            times = " ".join(f"{row[f'{n}_s']['chosen'] * 1e3:.3f}"
+                             for n in ("auto", "serial", "vjp"))
+            decays = "full" if decay_shape is None else "feature"
+            print(f"{'x'.join(map(str, shape)):>12} {row['dtype']:>8} {decays:>8} {ratios}"
+                  f"   chosen (ms) {times}", flush=True)
+    return rows
 
 
 def main() -> None:
@@ -69,7 +112,8 @@ def main() -> None:
     path = write("numpy_serial_rows", {"environment": environment(),
                                        "chosen_row_steps": _numpy_backend._ROW_STEPS,
                                        "chosen_row_elements": _numpy_backend._ROW_ELEMENTS,
-                                       "rows": steps, "small_rows": small})
+                                       "rows": steps, "small_rows": small,
+                                       "runs_rows": runs(rng, repeats)})
     print(f"wrote {path}")
 
 

@@ -76,8 +76,10 @@ _MAX_COPY_BYTES = 2**29
 # A step whose elements lie in several runs, each contiguous (or nearly), such as (B, T, D)
 # along axis 1, costs NumPy's loops an outer loop over the runs at every vector operation
 # (1.2 us against 0.5 for 2,048 float32 elements in 8 runs or in one): from
-# _MIN_SHORT_SCATTERED_LENGTH steps of at most _MAX_RUNS_ROW bytes, _MIN_RUNS_BYTES in all,
-# the scan runs on time-major copies (a segment at a time, in cache) instead
+# _MIN_SHORT_SCATTERED_LENGTH steps of at most _MAX_RUNS_ROW bytes, _MIN_RUNS_BYTES in all
+# or any number where the scan would run on the steps as they lie (the serial loop; not
+# Hillis and Steele's scan or the chunked scan on narrow steps, which copy their own), the
+# scan runs on time-major copies (a segment at a time, in cache) instead
 # (benchmarks/numpy_runs.py).
 _MAX_RUNS_ROW = 2**14
 _MIN_RUNS_BYTES = 2**16
@@ -401,10 +403,12 @@ def _scattered_layout(shape, strides, dtype, most: float = math.inf,
 
 def _in_runs(shape, strides, dtype) -> bool:
     """Whether the steps of a time-first layout, whose last axis is contiguous or nearly,
-    lie in several runs that a time-major copy pays for (see _MAX_RUNS_ROW)."""
-    row = math.prod(shape[1:]) * np.dtype(dtype).itemsize
-    if not (shape[0] >= _MIN_SHORT_SCATTERED_LENGTH and row <= _MAX_RUNS_ROW
-            and shape[0] * row >= _MIN_RUNS_BYTES):
+    lie in several runs that a time-major copy pays for (see _MAX_RUNS_ROW; below
+    _MIN_RUNS_BYTES, only where `scan` would not copy them itself, `_copies_steps`)."""
+    length, row = shape[0], math.prod(shape[1:]) * np.dtype(dtype).itemsize
+    if not (length >= _MIN_SHORT_SCATTERED_LENGTH and row <= _MAX_RUNS_ROW):
+        return False
+    if length * row < _MIN_RUNS_BYTES and _copies_steps(length, row):
         return False
     return not _merge(_step_axes(shape, strides))
 
@@ -469,11 +473,19 @@ def _in_copies(target, dtype, method: str) -> bool:
     bytes, whose chunks it copies (as `scan` resolves "auto", the operands aside); from
     _MIN_SCATTERED_LENGTH steps: on shorter scans a buffer so laid out took up to 1.05 of
     the time (a few microseconds)."""
-    length, step = target.shape[0], np.empty((0, *target.shape[1:]), dtype)  # a step's bytes
-    if method == "serial" or length < _MIN_SCATTERED_LENGTH:
+    length, row = target.shape[0], math.prod(target.shape[1:]) * np.dtype(dtype).itemsize
+    return length >= _MIN_SCATTERED_LENGTH and _copies_steps(length, row, method)
+
+
+def _copies_steps(length: int, row: int, method: str = "auto") -> bool:
+    """Whether `scan` by ``method`` over ``length`` steps of ``row`` bytes works in copies of
+    its own rather than on the steps as they lie: Hillis and Steele's scan (`_doubles`), or
+    the chunked scan on steps of at most _MAX_STRIDED_ROW bytes, whose chunks it copies (as
+    `scan` resolves "auto", the operands aside)."""
+    if method == "serial" or length < 4:
         return False
-    return _doubles(length, step) or (_row(step) <= _MAX_STRIDED_ROW and (
-        method == "parallel" or _parallel_wins(length, _row(step))))
+    return _doubles(length, row) or (row <= _MAX_STRIDED_ROW and (
+        method == "parallel" or _parallel_wins(length, row)))
 
 
 def _converted(view, dtype, scratch: Scratch):
@@ -504,7 +516,7 @@ def scan(a, x, h0, out, method: str) -> None:
                                                                    out):
         return
     blocked = method != "serial" and _blocked_layout(a, x, out)
-    doubling = method != "serial" and _doubles(length, out)
+    doubling = method != "serial" and _doubles(length, _row(out))
     if method == "auto":
         parallel = blocked or doubling or _parallel_wins(length, _row(out))
         method = "parallel" if parallel else "serial"
@@ -703,9 +715,8 @@ def _in_cache(a, x, h0, out) -> None:
         h0 = out[stop - 1]
 
 
-def _doubles(length: int, out) -> bool:
-    """Whether `_doubling` pays for ``length`` steps of ``out``'s size."""
-    row = _row(out)
+def _doubles(length: int, row: int) -> bool:
+    """Whether `_doubling` pays for ``length`` steps of ``row`` bytes."""
     return (length >= _MIN_DOUBLING_LENGTH and row <= _MAX_DOUBLING_ROW
             and length * row <= _MAX_DOUBLING_BYTES)
 

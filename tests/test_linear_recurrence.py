@@ -484,6 +484,23 @@ def test_numpy_runs(monkeypatch, layout):
     assert any(copied) == (layout == "copies")
 
 
+def test_numpy_runs_rule():
+    """Steps in runs are copied time-major from 64 KiB, or below it where the scan would run
+    on them as they lie (the serial loop), not where it copies them itself."""
+    from cuscan import _numpy_backend
+
+    def runs(batch, length, features):  # (B, T, D) float32 along axis 1, time first
+        return _numpy_backend._in_runs((length, batch, features),
+                                       (4 * features, 4 * length * features, 4), np.float32)
+
+    assert runs(8, 1024, 256)  # 8 MiB
+    assert runs(16, 64, 8)  # 32 KiB in steps of 512 bytes: the serial loop
+    assert not runs(2, 64, 16)  # 8 KiB in steps of 128 bytes: Hillis and Steele's scan
+    assert not runs(2, 2047, 4)  # 64 KiB less a step, Hillis and Steele's: from 64 KiB
+    assert runs(2, 2048, 4)
+    assert not runs(8, 16, 256)  # too short
+    assert not runs(1, 4096, 64)  # one run
+
 @pytest.mark.parametrize("as_they_lie", [True, False])
 def test_numpy_chunk_order(monkeypatch, as_they_lie):
     """The chunked scan's copies of narrow steps lay out each step's chunks and channels as
@@ -946,11 +963,11 @@ def test_numpy_doubling(monkeypatch):
     runs as the chunked scan's scan of its carries."""
     from cuscan import _numpy_backend
 
-    assert _numpy_backend._doubles(64, np.empty((0, 32)))  # steps of 256 bytes
-    assert not _numpy_backend._doubles(64, np.empty((0, 33)))
-    assert _numpy_backend._doubles(8192, np.empty((0, 1)))  # 64 KiB
-    assert not _numpy_backend._doubles(8193, np.empty((0, 1)))
-    assert not _numpy_backend._doubles(63, np.empty((0, 1)))
+    assert _numpy_backend._doubles(64, 256)  # steps of 256 bytes
+    assert not _numpy_backend._doubles(64, 264)
+    assert _numpy_backend._doubles(8192, 8)  # 64 KiB
+    assert not _numpy_backend._doubles(8193, 8)
+    assert not _numpy_backend._doubles(63, 8)
     monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_BYTES", 2**20)
     monkeypatch.setattr(_numpy_backend, "_MAX_DOUBLING_ROW", 2**20)
     ran = record_lengths(monkeypatch, _numpy_backend, "_doubling")
