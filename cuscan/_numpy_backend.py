@@ -134,10 +134,10 @@ _ROW_STEPS = 32
 _ROW_ELEMENTS = 64
 # The chunked scan's copies of narrow steps lay out the chunks and channels of a step as
 # the operand does (_chunk_order; False keeps the chunks outermost, for benchmarks), and
-# copy time-contiguous channels' runs of chunks of at least _MIN_RUN_BYTES one at a time
-# where they lie pages apart (_runs_apart).
+# copy time-contiguous channels' runs of chunks of at least _MIN_CHUNK_RUN_BYTES one at a
+# time where they lie pages apart (_runs_apart; benchmarks/numpy_chunk_order.py).
 _CHUNKS_AS_THEY_LIE = True
-_MIN_RUN_BYTES = 2**16
+_MIN_CHUNK_RUN_BYTES = 2**16
 # Decays constant in time turn each chunk's scan into a product with one L x L matrix of
 # their powers (see _blocked), run by BLAS on the operands in place where every channel's
 # steps are contiguous (one channel; (C, T) along axis -1), from _BLOCKED_FROM steps and
@@ -1114,14 +1114,14 @@ def _runs_apart(dst, src, outer: int) -> bool:
     """Whether `_copy_in_order` copies one run of chunks at a time: where the ``outer``
     channel axes after the first of ``dst`` and ``src`` do not merge with the rest (a
     segment of time, or chunks that leave steps over), and lie a multiple of _PAGE bytes
-    apart in either, runs of at least _MIN_RUN_BYTES. NumPy copies such views one
+    apart in either, runs of at least _MIN_CHUNK_RUN_BYTES. NumPy copies such views one
     position of every run at a time: runs a page apart share their cache sets, and at a
     position a run's lines, read once for each of the elements they hold, have left the
     cache; `_copy` tiles each run alone."""
     if _two_axes(dst) is not None and _two_axes(src) is not None:
         return False
     run = math.prod(dst.shape[outer + 1:]) * dst.shape[0] * dst.itemsize
-    return run >= _MIN_RUN_BYTES and any(
+    return run >= _MIN_CHUNK_RUN_BYTES and any(
         size > 1 and abs(stride) % _PAGE == 0 for view in (dst, src)
         for size, stride in zip(view.shape[1:1 + outer], view.strides[1:1 + outer], strict=True))
 

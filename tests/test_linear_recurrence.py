@@ -512,7 +512,7 @@ def test_numpy_chunk_order(monkeypatch, as_they_lie):
     from cuscan import _numpy_backend
 
     monkeypatch.setattr(_numpy_backend, "_CHUNKS_AS_THEY_LIE", as_they_lie)
-    monkeypatch.setattr(_numpy_backend, "_MIN_RUN_BYTES", 0)
+    monkeypatch.setattr(_numpy_backend, "_MIN_CHUNK_RUN_BYTES", 0)
     apart = []
     runs_apart = _numpy_backend._runs_apart
     monkeypatch.setattr(_numpy_backend, "_runs_apart",
