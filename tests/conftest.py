@@ -140,6 +140,19 @@ def record_core_calls(monkeypatch, function_name: str) -> dict:
     return seen
 
 
+def record_results(monkeypatch, module, name: str) -> list:
+    """Replace the function ``module.<name>`` by one that calls it and keeps each result in
+    the returned list, in order."""
+    original, results = getattr(module, name), []
+
+    def recorded(*args, **kwargs):
+        results.append(original(*args, **kwargs))
+        return results[-1]
+
+    monkeypatch.setattr(module, name, recorded)
+    return results
+
+
 def run_in_fresh_process(script: str, **environment: str) -> None:
     """Run a Python ``script`` (dedented) from the repository root in a new interpreter with
     extra ``environment`` variables, for settings a framework takes only at start-up (its

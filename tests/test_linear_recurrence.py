@@ -16,6 +16,7 @@ from tests.conftest import (
     assert_close,
     decays_near_one,
     dtype_of,
+    record_results,
     tolerance,
 )
 
@@ -415,29 +416,36 @@ def test_numpy_time_contiguous(monkeypatch, layout):
     rng = np.random.default_rng(37)
     for shape in ((40, 257), (3, 20, 1031), (70, 300)):  # the last copied time-major
         for dtype in ("float16", "float32", "complex128"):
-            decays = make(rng, shape, dtype)
-            impulses = make(rng, shape, dtype, low=-1.0)
-            state = make(rng, shape[:-1], dtype, low=-1.0)
-            for method in METHODS:
-                check(numpy, decays, impulses, state, axis=-1, method=method)
-            check(numpy, decays, impulses, axis=-1, reverse=True)
-            check(numpy, decays[..., :1], impulses, state, axis=-1)  # time-invariant
-            check(numpy, decays[..., :1, :], impulses, axis=-1)  # broadcast along channels
-            check(numpy, decays[::2, ..., ::3], impulses[::2, ..., ::3], axis=-1)  # strided
-            output = cuscan.linear_recurrence(decays, impulses, state, axis=-1)
-            weights = make(rng, shape, dtype, low=-1.0)
-            grads = cuscan.linear_recurrence_vjp(weights, decays, output, state, axis=-1)
-            major = cuscan.linear_recurrence_vjp(
-                *(np.ascontiguousarray(np.moveaxis(v, -1, 0)) for v in (
-                    weights, decays, output)), state, axis=0)
-            # The same arithmetic, but for the order of the chunked scan's products.
-            limit = tolerance(dtype_of(dtype), shape[-1])
-            for grad, expected in ((grads[0], np.moveaxis(major[0], 0, -1)),
-                                   (grads[1], np.moveaxis(major[1], 0, -1)),
-                                   (grads[2], major[2])):
-                expected = expected.astype(np.complex128)
-                np.testing.assert_allclose(grad, expected, rtol=0,
-                                           atol=limit * np.abs(expected).max())
+            check_time_contiguous(numpy, rng, shape, dtype)
+
+
+def check_time_contiguous(numpy, rng, shape, dtype) -> None:
+    """Random operands of ``shape`` along axis -1 on ``numpy``: the forward scan by every
+    method, reversed, time-invariant, broadcast along channels and strided, against the
+    reference; the vector-Jacobian product against that of the same data time-major."""
+    decays = make(rng, shape, dtype)
+    impulses = make(rng, shape, dtype, low=-1.0)
+    state = make(rng, shape[:-1], dtype, low=-1.0)
+    for method in METHODS:
+        check(numpy, decays, impulses, state, axis=-1, method=method)
+    check(numpy, decays, impulses, axis=-1, reverse=True)
+    check(numpy, decays[..., :1], impulses, state, axis=-1)  # time-invariant
+    check(numpy, decays[..., :1, :], impulses, axis=-1)  # broadcast along channels
+    check(numpy, decays[::2, ..., ::3], impulses[::2, ..., ::3], axis=-1)  # strided
+    output = cuscan.linear_recurrence(decays, impulses, state, axis=-1)
+    weights = make(rng, shape, dtype, low=-1.0)
+    grads = cuscan.linear_recurrence_vjp(weights, decays, output, state, axis=-1)
+    major = cuscan.linear_recurrence_vjp(
+        *(np.ascontiguousarray(np.moveaxis(v, -1, 0)) for v in (
+            weights, decays, output)), state, axis=0)
+    # The same arithmetic, but for the order of the chunked scan's products.
+    limit = tolerance(dtype_of(dtype), shape[-1])
+    for grad, expected in ((grads[0], np.moveaxis(major[0], 0, -1)),
+                           (grads[1], np.moveaxis(major[1], 0, -1)),
+                           (grads[2], major[2])):
+        expected = expected.astype(np.complex128)
+        np.testing.assert_allclose(grad, expected, rtol=0,
+                                   atol=limit * np.abs(expected).max())
 
 
 @pytest.mark.parametrize("layout", ["copies", "views"])
@@ -451,10 +459,7 @@ def test_numpy_runs(monkeypatch, layout):
     monkeypatch.setattr(_numpy_backend, "_MIN_RUNS_BYTES", 0)
     monkeypatch.setattr(_numpy_backend, "_MAX_RUNS_ROW", np.inf if layout == "copies" else -1)
     monkeypatch.setattr(_numpy_backend, "_SEGMENT_BYTES", 4096)  # segments of 256 steps
-    copied = []
-    scattered = _numpy_backend._scattered
-    monkeypatch.setattr(_numpy_backend, "_scattered",
-                        lambda *args: copied.append(scattered(*args)) or copied[-1])
+    copied = record_results(monkeypatch, _numpy_backend, "_scattered")
     numpy = Backend("numpy")
     rng = np.random.default_rng(47)
     for shape in ((3, 300, 5), (2, 1031, 2, 3)):
@@ -513,10 +518,7 @@ def test_numpy_chunk_order(monkeypatch, as_they_lie):
 
     monkeypatch.setattr(_numpy_backend, "_CHUNKS_AS_THEY_LIE", as_they_lie)
     monkeypatch.setattr(_numpy_backend, "_MIN_CHUNK_RUN_BYTES", 0)
-    apart = []
-    runs_apart = _numpy_backend._runs_apart
-    monkeypatch.setattr(_numpy_backend, "_runs_apart",
-                        lambda *args: apart.append(runs_apart(*args)) or apart[-1])
+    apart = record_results(monkeypatch, _numpy_backend, "_runs_apart")
     numpy = Backend("numpy")
     rng = np.random.default_rng(53)
     def chunked(view, chunk):  # time-first (T, C) as (chunk, count, C)
@@ -530,29 +532,9 @@ def test_numpy_chunk_order(monkeypatch, as_they_lie):
         # (3, 2048): runs a multiple of a page apart; (2, 3, 1031): neither.
         for shape in ((3, 2048), (2, 3, 1031)):
             for dtype in ("float16", "float32", "complex128"):
-                decays = make(rng, shape, dtype)
-                impulses = make(rng, shape, dtype, low=-1.0)
-                state = make(rng, shape[:-1], dtype, low=-1.0)
-                for method in METHODS:
-                    check(numpy, decays, impulses, state, axis=-1, method=method)
-                check(numpy, decays, impulses, axis=-1, reverse=True)
-                check(numpy, decays[..., :1], impulses, state, axis=-1)  # time-invariant
-                check(numpy, decays[..., :1, :], impulses, axis=-1)  # broadcast channels
-                check(numpy, decays[..., ::3], impulses[..., ::3], axis=-1)  # strided
-                output = cuscan.linear_recurrence(decays, impulses, state, axis=-1)
-                weights = make(rng, shape, dtype, low=-1.0)
-                grads = cuscan.linear_recurrence_vjp(weights, decays, output, state, axis=-1)
-                major = cuscan.linear_recurrence_vjp(
-                    *(np.ascontiguousarray(np.moveaxis(v, -1, 0)) for v in (
-                        weights, decays, output)), state, axis=0)
-                limit = tolerance(dtype_of(dtype), shape[-1])
-                for grad, expected in ((grads[0], np.moveaxis(major[0], 0, -1)),
-                                       (grads[1], np.moveaxis(major[1], 0, -1)),
-                                       (grads[2], major[2])):
-                    expected = expected.astype(np.complex128)
-                    np.testing.assert_allclose(grad, expected, rtol=0,
-                                               atol=limit * np.abs(expected).max())
+                check_time_contiguous(numpy, rng, shape, dtype)
     assert any(apart) == as_they_lie
+
 
 def test_numpy_work_buffer():
     """A result of lower precision than the scan's is scanned into a buffer laid out as the
@@ -586,10 +568,7 @@ def test_numpy_serial_broadcast_rows(monkeypatch, laid_out):
     from cuscan import _numpy_backend
 
     monkeypatch.setattr(_numpy_backend, "_ROW_STEPS", 2 if laid_out else np.inf)
-    rows = []
-    laid = _numpy_backend._laid_out
-    monkeypatch.setattr(_numpy_backend, "_laid_out",
-                        lambda *args: rows.append(args) or laid(*args))
+    rows = record_results(monkeypatch, _numpy_backend, "_laid_out")
     numpy = Backend("numpy")
     rng = np.random.default_rng(59)
     row = _numpy_backend._broadcast_row  # of time-first decays
@@ -690,10 +669,7 @@ def test_numpy_staged_copies(monkeypatch):
         assert not staged(major(4096, 64), major(4096, 64))
         assert not staged(major(4096, 64), contiguous(4096 * 16, 64)[::16])  # both apart
 
-    taken = []
-    staged_buffer = _numpy_backend._staged
-    monkeypatch.setattr(_numpy_backend, "_staged",
-                        lambda *args: taken.append(staged_buffer(*args)) or taken[-1])
+    taken = record_results(monkeypatch, _numpy_backend, "_staged")
     monkeypatch.setattr(_numpy_backend, "_TILE_BYTES", 7 * 9 * 4)
     monkeypatch.setattr(_numpy_backend, "_MIN_TILE", 1)
     rng = np.random.default_rng(43)
@@ -806,10 +782,7 @@ def test_numpy_segments(monkeypatch):
     from cuscan import _numpy_backend
 
     numpy = Backend("numpy")
-    segments = _numpy_backend._segments
-    cut = []
-    monkeypatch.setattr(_numpy_backend, "_segments",
-                        lambda *args: cut.append(segments(*args)) or cut[-1])
+    cut = record_results(monkeypatch, _numpy_backend, "_segments")
     monkeypatch.setattr(_numpy_backend, "_SEGMENT_BYTES", 2048)
     rng = np.random.default_rng(37)
     for dtype in ("float64", "complex128", "float16"):
@@ -860,7 +833,8 @@ def test_numpy_segments(monkeypatch):
                         got.astype(np.complex128), want, rtol=0,
                         atol=tolerance(dtype, length) * np.abs(want).max())
     half = np.empty((870, 4), np.float16)  # 256 steps of 16 bytes, and 102 left
-    assert [b - a for a, b in segments((half,), half, np.float32)] == [256, 256, 358]
+    halves = _numpy_backend._segments((half,), half, np.float32)
+    assert [b - a for a, b in halves] == [256, 256, 358]
     assert _numpy_backend._cut(900, 256) == [(0, 256), (256, 512), (512, 768), (768, 900)]
     assert _numpy_backend._cut(300, 256) == [(0, 300)]
     assert _numpy_backend._cut(100, 256) == [(0, 100)]
