@@ -234,7 +234,7 @@ def forward(decays, impulses, initial_state, out, axis: int, method: str) -> Non
 def _forward(a, x, h0, target, acc, method: str, keep: bool):
     """`forward` on time-first views, from ``h0``; returns the last state (in ``acc``)."""
     with Scratch() as scratch:
-        a, x = _operand(a, acc, scratch, keep), _operand(x, acc, scratch, keep)
+        a, x = (_operand(v, acc, scratch, keep, method) for v in (a, x))
         work = _buffer(target, acc, scratch, keep, method)
         scan(a, x, h0, work, method)
         if work is target:
@@ -325,8 +325,9 @@ def _backward(go, a, h, h0, gx, ga, start: int, stop: int, after, acc, keep: boo
     ``start`` (in ``acc``)."""
     with Scratch() as scratch:
         count = stop - start
-        go = _operand(go[start:stop], acc, scratch, keep)
-        a = _operand(a[start:stop + 1], acc, scratch, keep)  # and the decay coupling to ``after``
+        go = _operand(go[start:stop], acc, scratch, keep, method)
+        # and the decay coupling to ``after``
+        a = _operand(a[start:stop + 1], acc, scratch, keep, method)
         target = gx[start:stop]
         g = _buffer(target, acc, scratch, keep, method)
         # Reverse time by viewing every array backwards, then run the forward scan.
@@ -336,7 +337,7 @@ def _backward(go, a, h, h0, gx, ga, start: int, stop: int, after, acc, keep: boo
             # The decays' gradient reads it in the output's layout (a product across
             # layouts reads one of them strided): from the target, or, where that is of
             # lower precision and laid out otherwise, from a copy in that layout.
-            if target.dtype != acc and not keep and _scattered(target, acc):
+            if target.dtype != acc and not keep and _scattered(target, acc, method):
                 g = _copy(scratch.like(target, acc), g)
             _copy(target, g)
             if target.dtype == acc:
@@ -363,24 +364,25 @@ def _time_first(view, axis: int):
     return view if view.ndim > 1 else view[:, None]
 
 
-def _scattered(view, dtype) -> bool:
-    """Whether the time-first ``view`` is to be scanned in a time-major copy of
-    ``dtype`` (broadcast axes, stride 0, aside)."""
-    return _scattered_layout(view.shape, view.strides, dtype)
+def _scattered(view, dtype, method: str = "auto") -> bool:
+    """Whether the time-first ``view`` is to be scanned by ``method`` in a time-major copy
+    of ``dtype`` (broadcast axes, stride 0, aside)."""
+    return _scattered_layout(view.shape, view.strides, dtype, method=method)
 
 
 def _scattered_layout(shape, strides, dtype, most: float = math.inf,
-                      once: bool = True) -> bool:
+                      once: bool = True, method: str = "auto") -> bool:
     """`_scattered` for a time-first layout given by its ``shape`` and byte ``strides``,
     which need not be a NumPy array's (cuscan.signal asks it of framework tensors), of
-    at most ``most`` bytes in ``dtype``, scanned ``once``: where a copy is to serve
-    several scans (cuscan.signal's whole filters), the chunked scan's own copies from
-    the operand as it lies (_MAX_APART_CHUNK_ROW), made for each scan, do not count."""
+    at most ``most`` bytes in ``dtype``, scanned ``once`` by ``method``: where a copy is
+    to serve several scans (cuscan.signal's whole filters), the chunked scan's own copies
+    from the operand as it lies (_MAX_APART_CHUNK_ROW), made for each scan, do not
+    count."""
     length = shape[0]
     if length < _MIN_SHORT_SCATTERED_LENGTH:
         return False
     if shape[-1] > 1 and 0 < abs(strides[-1]) < _CACHE_LINE:  # the usual case, at once
-        return once and _in_runs(shape, strides, dtype)
+        return once and _in_runs(shape, strides, dtype, method)
     axes = _step_axes(shape, strides)
     stride = min((stride for _, stride in axes), default=0)
     itemsize = np.dtype(dtype).itemsize
@@ -401,14 +403,15 @@ def _scattered_layout(shape, strides, dtype, most: float = math.inf,
             or stride % _ALIASING_STRIDE == 0 or pages > _MAX_VIEW_PAGES)
 
 
-def _in_runs(shape, strides, dtype) -> bool:
+def _in_runs(shape, strides, dtype, method: str = "auto") -> bool:
     """Whether the steps of a time-first layout, whose last axis is contiguous or nearly,
     lie in several runs that a time-major copy pays for (see _MAX_RUNS_ROW; below
-    _MIN_RUNS_BYTES, only where `scan` would not copy them itself, `_copies_steps`)."""
+    _MIN_RUNS_BYTES, only where `scan` by ``method`` would not copy them itself,
+    `_copies_steps`)."""
     length, row = shape[0], math.prod(shape[1:]) * np.dtype(dtype).itemsize
     if not (length >= _MIN_SHORT_SCATTERED_LENGTH and row <= _MAX_RUNS_ROW):
         return False
-    if length * row < _MIN_RUNS_BYTES and _copies_steps(length, row):
+    if length * row < _MIN_RUNS_BYTES and _copies_steps(length, row, method):
         return False
     return not _merge(_step_axes(shape, strides))
 
@@ -427,11 +430,11 @@ def _apart(view) -> bool:
     return min((stride for _, stride in axes), default=0) >= _CACHE_LINE
 
 
-def _operand(view, dtype, scratch: Scratch, keep: bool = False):
-    """The time-first ``view`` in ``dtype``, time-major where it is scattered (its
-    broadcast axes stay broadcast; a copy from ``scratch``) unless ``keep``: in its
-    layout."""
-    if keep or not _scattered(view, dtype):
+def _operand(view, dtype, scratch: Scratch, keep: bool = False, method: str = "auto"):
+    """The time-first ``view`` in ``dtype`` for a scan by ``method``, time-major where it is
+    scattered (its broadcast axes stay broadcast; a copy from ``scratch``) unless
+    ``keep``: in its layout."""
+    if keep or not _scattered(view, dtype, method):
         if view.dtype == dtype:
             return view
         return np.broadcast_to(_converted(_stored(view), dtype, scratch), view.shape)
@@ -454,14 +457,15 @@ def _stored(view):
     return view[tuple(slice(None) if stride else slice(0, 1) for stride in view.strides)]
 
 
-def _buffer(target, dtype, scratch: Scratch, keep: bool = False, method: str = "serial"):
+def _buffer(target, dtype, scratch: Scratch, keep: bool = False, method: str = "auto"):
     """Where to scan into for the time-first ``target`` by ``method``: itself where it has
     ``dtype`` and is not scattered, else an array from ``scratch`` copied into it after:
     laid out as ``target`` is with ``keep`` or where the scan works in copies of its own
     (`_in_copies`), so that the copy after converts without transposing, else time-major."""
-    if target.dtype == dtype and (keep or not _scattered(target, dtype)):
+    scattered = not keep and _scattered(target, dtype, method)
+    if target.dtype == dtype and not scattered:
         return target
-    if keep or (not _scattered(target, dtype) and _in_copies(target, dtype, method)):
+    if keep or (not scattered and _in_copies(target, dtype, method)):
         return _like(target, dtype, scratch)
     return scratch.empty(target.shape, dtype)
 

@@ -494,13 +494,15 @@ def test_numpy_runs_rule():
     on them as they lie (the serial loop), not where it copies them itself."""
     from cuscan import _numpy_backend
 
-    def runs(batch, length, features):  # (B, T, D) float32 along axis 1, time first
-        return _numpy_backend._in_runs((length, batch, features),
-                                       (4 * features, 4 * length * features, 4), np.float32)
+    def runs(batch, length, features, method="auto"):  # (B, T, D) float32 along axis 1
+        return _numpy_backend._in_runs((length, batch, features),  # time first
+                                       (4 * features, 4 * length * features, 4), np.float32,
+                                       method)
 
     assert runs(8, 1024, 256)  # 8 MiB
     assert runs(16, 64, 8)  # 32 KiB in steps of 512 bytes: the serial loop
     assert not runs(2, 64, 16)  # 8 KiB in steps of 128 bytes: Hillis and Steele's scan
+    assert runs(2, 64, 16, "serial")
     assert not runs(2, 2047, 4)  # 64 KiB less a step, Hillis and Steele's: from 64 KiB
     assert runs(2, 2048, 4)
     assert not runs(8, 16, 256)  # too short
