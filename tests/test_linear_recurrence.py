@@ -508,6 +508,7 @@ def test_numpy_runs_rule():
     assert not runs(8, 16, 256)  # too short
     assert not runs(1, 4096, 64)  # one run
 
+
 @pytest.mark.parametrize("as_they_lie", [True, False])
 def test_numpy_chunk_order(monkeypatch, as_they_lie):
     """The chunked scan's copies of narrow steps lay out each step's chunks and channels as
@@ -523,6 +524,7 @@ def test_numpy_chunk_order(monkeypatch, as_they_lie):
     apart = record_results(monkeypatch, _numpy_backend, "_runs_apart")
     numpy = Backend("numpy")
     rng = np.random.default_rng(53)
+
     def chunked(view, chunk):  # time-first (T, C) as (chunk, count, C)
         return np.swapaxes(view.reshape(-1, chunk, view.shape[1]), 0, 1)
 
@@ -559,6 +561,7 @@ def test_numpy_work_buffer():
     assert buffer((4, 4096), "serial") == (np.float32, False)
     assert buffer((16, 100), "auto") == (np.float32, False)  # short
     assert buffer((4, 4096), "auto", "float32") == (np.float32, True)  # the result itself
+
 
 @pytest.mark.parametrize("laid_out", [True, False])
 def test_numpy_serial_broadcast_rows(monkeypatch, laid_out):
@@ -606,6 +609,7 @@ def test_numpy_serial_broadcast_rows(monkeypatch, laid_out):
                 np.testing.assert_allclose(grad, want, rtol=0,
                                            atol=limit * count * np.abs(want).max())
     assert bool(rows) == laid_out
+
 
 def test_numpy_tiles(monkeypatch):
     """The NumPy backend's tiled copies: square tiles of about 256 KiB, a narrow axis
