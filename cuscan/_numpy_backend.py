@@ -1145,15 +1145,14 @@ def _chunked(a, x, h0, out, scratch: Scratch) -> None:
     compact = row <= _MAX_STRIDED_ROW or (row <= _MAX_APART_CHUNK_ROW and _apart(x))
     # The order in memory of the axes of a step: the chunks' and the channels'.
     order = _chunk_order(xc) if compact else tuple(range(xc.ndim - 1))
+    reduced = _ordered(np.zeros, (count, *out.shape[1:]), out.dtype, order)
     per_channel = any(s for n, s in zip(ac.shape[2:], ac.strides[2:], strict=True) if n > 1)
     if ac.strides[0] == 0 and per_channel and body >= _WHOLE_ROWS_FROM:
         # Decays constant in time but not over the channels: one row over the
         # chunks serves every step. Broadcast over the chunks, they would make
         # NumPy's inner loop run over the channels alone, a few elements at a
         # time. (A single decay for all channels is a scalar to NumPy: fast.)
-        decays = _ordered(np.empty, ac.shape[1:], ac.dtype, order)
-        np.copyto(decays, ac[0])
-        ac = np.broadcast_to(decays, ac.shape)
+        ac = np.broadcast_to(_laid_out(ac[0], reduced), ac.shape)
     if compact:
         # Narrow rows make those steps strided, elements far apart: with the
         # copies' cost included, contiguous copies take 0.5 to 0.8 of the time.
@@ -1165,7 +1164,6 @@ def _chunked(a, x, h0, out, scratch: Scratch) -> None:
         xc = _copied(xc, order, scratch)
     target = xc if compact else oc
 
-    reduced = _ordered(np.zeros, (count, *out.shape[1:]), out.dtype, order)
     for aj, xj in zip(ac, xc, strict=False):
         np.multiply(aj, reduced, reduced)
         np.add(reduced, xj, reduced)
