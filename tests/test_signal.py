@@ -1412,6 +1412,56 @@ def test_lfilter_matches_scipy(backend, b, a, axis):
         np.testing.assert_allclose(backend.to_numpy(zf), expected_zf, rtol=1e-9, atol=1e-10)
 
 
+NOT_FINITE_DESIGNS = [
+    ([1.0, 0.5, 0.25, 0.1, 0.05], [2.0, -0.5]),  # a numerator longer than the denominator
+    ([0.0, 1.0, 0.5], [1.0, -0.3]),
+    ([1.0], [1.0, -0.5, 0.1]),                  # a denominator longer than the numerator
+    ([1.0, 2.0, 3.0], [1.0]),                   # FIR: SciPy's zf is a convolution's tail
+    ([0.5, 0.1, 0.0, 0.3], [2.0, -1.0, 0.0]),   # a zero in the denominator, then none
+]
+
+
+@pytest.mark.parametrize(("b", "a"), NOT_FINITE_DESIGNS)
+def test_lfilter_state_not_finite_as_scipy(backend, b, a):
+    """A sample that is not finite leaves the output and the final state not finite where
+    SciPy's are, in every element of the state, on short and long signals: SciPy's direct
+    form updates each state with the newest output (times a zero beyond ``a``'s length).
+    The other channel is untouched."""
+    rng = np.random.default_rng(61)
+    order = max(len(a), len(b)) - 1
+    for length in (3, 300):
+        for at in (0, length // 2, *range(max(length - order - 1, 0), length)):
+            for bad in (np.nan, np.inf, -np.inf):
+                x = rng.standard_normal((2, length))
+                x[0, at] = bad
+                zi = rng.standard_normal((2, order))
+                y, zf = signal.lfilter(b, a, backend.asarray(x), zi=backend.asarray(zi))
+                y, zf = backend.to_numpy(y), backend.to_numpy(zf)
+                want, want_zf = ss.lfilter(b, a, x, zi=zi)
+                case = (length, at, bad)
+                np.testing.assert_array_equal(np.isfinite(y), np.isfinite(want), err_msg=case)
+                np.testing.assert_array_equal(np.isfinite(zf), np.isfinite(want_zf), err_msg=case)
+                np.testing.assert_allclose(y[1], want[1], rtol=1e-10, atol=1e-12, err_msg=case)
+                np.testing.assert_allclose(zf[1], want_zf[1], rtol=1e-10, atol=1e-12,
+                                           err_msg=case)
+
+
+@pytest.mark.parametrize(("b", "a"), NOT_FINITE_DESIGNS[:2])
+def test_framework_lfilter_state_not_finite_as_scipy(framework, b, a):
+    """`test_lfilter_state_not_finite_as_scipy` on framework tensors."""
+    rng = np.random.default_rng(62)
+    x, zi = rng.standard_normal((2, 300)), rng.standard_normal((2, 4))
+    for at in (0, 297, 299):
+        signal_ = x.copy()
+        signal_[0, at] = np.nan
+        y, zf = signal.lfilter(b, a, framework.tensor(signal_), zi=framework.tensor(zi[:, :max(
+            len(a), len(b)) - 1]))
+        want, want_zf = ss.lfilter(b, a, signal_, zi=zi[:, :max(len(a), len(b)) - 1])
+        np.testing.assert_array_equal(np.isfinite(framework.array(y)), np.isfinite(want))
+        np.testing.assert_array_equal(np.isfinite(framework.array(zf)), np.isfinite(want_zf))
+        np.testing.assert_allclose(framework.array(zf)[1], want_zf[1], rtol=1e-10, atol=1e-12)
+
+
 def test_conjugate_pairs_near_the_real_axis(backend):
     """Pairs p, conj(p) with Im(p) from 1e-3 down to the rounding of a double pole: each
     runs as one complex recurrence, with no cancellation as Im(p) -> 0."""

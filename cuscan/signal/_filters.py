@@ -817,6 +817,13 @@ def _final_state(b, a, ns, x, y, axis, zi, dtype):
               for name, v in (("y", y), ("x", x))}
     channels = (*x.shape[:axis], 1, *x.shape[axis + 1:])
     states = _past_state(ns, b, a, recent, axis, channels, dtype)
+    if a.size > 1 and length:
+        # SciPy's direct form updates every state with the newest output, beyond a's
+        # length times a zero, so an output that is not finite leaves every state so (0 *
+        # inf is NaN); a FIR filter's zf is the tail of a convolution of its taps there.
+        newest = recent["y"][_along(recent["y"], axis, slice(0, 1))] * 0.0
+        for m in range(a.size - 1, order):
+            states[m] = states[m] + newest
     for i in range(max(order - length, 0)):
         states[i] = states[i] + zi[_along(zi, axis, slice(i + length, i + length + 1))]
     return ns.concat(states, axis) if states else zi  # a pure gain has no state
