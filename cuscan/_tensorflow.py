@@ -380,7 +380,7 @@ def sizes_unknown(values) -> bool:
 _PROBE_LENGTH = 4096
 
 
-def when_run(function, bound, data: tuple[str, ...]):
+def when_run(function, bound, data: tuple[str, ...], state=None):
     """``function`` called with the arguments ``bound`` inside tf.function where tensors of
     some sizes unknown (`sizes_unknown`) are among them: run as it runs eagerly, in a
     tf.py_function, where every size is known (or, where the graph cannot call back into
@@ -391,7 +391,9 @@ def when_run(function, bound, data: tuple[str, ...]):
     The results' dtypes and static shapes come from eager calls on tensors of 0.5 with the
     unknown sizes set to those other tensors know at the same place, or to 1 and to 2 (an
     unknown length of the first, the signal, along ``axis``, to 4,096 and 4,097): sizes on
-    which the two agree are known.
+    which the two agree are known. An initial state, the second of ``data``, takes its
+    unknown sizes from ``state(arguments, shape)`` where given: the shape it must have for a
+    signal of ``shape`` (such as its length along ``axis``, the filter's order), or None.
     """
     bound.apply_defaults()
     if _native():
@@ -402,6 +404,8 @@ def when_run(function, bound, data: tuple[str, ...]):
             arguments[name] = constant(name, value)
     names = [n for n in data if isinstance(arguments.get(n), (tf.Tensor, tf.Variable))]
     tensors = [tf.convert_to_tensor(arguments[n]) for n in names]
+    if any(t.shape.rank is None for t in tensors):
+        return function(*bound.args, **bound.kwargs)  # its own error for the rank
     if _tangents(tensors):
         raise NotImplementedError(
             "forward-mode AD (tf.autodiff.ForwardAccumulator) through cuscan.signal on tensors "
@@ -428,11 +432,22 @@ def when_run(function, bound, data: tuple[str, ...]):
                         else known.get(len(shape) - 1 - k, size) for k, n in enumerate(shape)],
                        tf.cast(0.5, tensor.dtype))
 
+    def state_probe(tensor, wanted, default):
+        shape = tensor.shape.as_list()
+        if wanted is None or len(wanted) != len(shape):
+            return default
+        return tf.fill([w if n is None else n for n, w in zip(shape, wanted, strict=True)],
+                       tf.cast(0.5, tensor.dtype))
+
     probes = []
     with tf.init_scope():  # eagerly
         for size in (1, 2):
             try:
-                probes.append(call(*(probe(t, size, k == 0) for k, t in enumerate(tensors))))
+                values = [probe(t, size, k == 0) for k, t in enumerate(tensors)]
+                if state is not None and names[:2] == list(data[:2]):
+                    values[1] = state_probe(tensors[1], state(arguments, values[0].shape.as_list()),
+                                            values[1])
+                probes.append(call(*values))
             except Exception:
                 if not probes:
                     raise

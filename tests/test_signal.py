@@ -3035,6 +3035,23 @@ def test_tensorflow_unknown_sizes():
         for result, expected in zip(got, want, strict=True):
             np.testing.assert_allclose(result.numpy(), expected.numpy(), rtol=1e-12,
                                        atol=1e-12, err_msg=str(shapes))
+    # every size of zi unknown, its length along the axis too (the filter's order), which
+    # the calls that learn the results' shapes take from the filter
+    sections_zi = rng.standard_normal((len(sos), 4, 3, 2))
+    for function, state, zf_shape in (
+            (lfilter, zi, [None, None, 3]),
+            (lambda v, z: signal.sosfilt(sos, v, zi=z), sections_zi, [len(sos), None, None, 2])):
+        want = function(tf.constant(x), tf.constant(state))
+        graph = tf.function(function, input_signature=[
+            tf.TensorSpec([None] * x.ndim, tf.float64),
+            tf.TensorSpec([None] * state.ndim, tf.float64)])
+        for result, expected in zip(graph(x, state), want, strict=True):
+            np.testing.assert_allclose(result.numpy(), expected.numpy(), rtol=1e-12,
+                                       atol=1e-12)
+        assert graph.get_concrete_function().structured_outputs[1].shape.as_list() == zf_shape
+    with pytest.raises(ValueError, match=r"needs the rank of `zi` inside tf\.function"):
+        tf.function(lfilter, input_signature=[tf.TensorSpec([None, 3, 50], tf.float64),
+                                              tf.TensorSpec(None, tf.float64)])(x, zi)
     with pytest.raises(ValueError, match=r"compiled by XLA .* the signal's length must be known"):
         tf.function(lambda v: signal.sosfilt(sos, v), jit_compile=True,
                     input_signature=[tf.TensorSpec([None, 3, None], tf.float64)])(x)

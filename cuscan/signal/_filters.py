@@ -63,12 +63,13 @@ def _front_door(function):
     return wrapper
 
 
-def _sizes_when_run(*data: str):
+def _sizes_when_run(*data: str, state=None):
     """Inside tf.function, a call on tensors some of whose sizes are unknown (None, as
     Keras' batch) runs as it runs eagerly, in a tf.py_function, or where the graph cannot
     call back into Python, in the filters' own operations (`_tensorflow.when_run`); it is
     differentiable with respect to the arguments named ``data``. The filters plan their
-    work on the sizes."""
+    work on the sizes. ``state(arguments, shape)``, where given, is the shape the second of
+    ``data`` (zi) must have for a signal of ``shape``, for its sizes that are unknown."""
 
     def decorate(function):
         signature = inspect.signature(function)
@@ -83,7 +84,7 @@ def _sizes_when_run(*data: str):
 
                 bound = signature.bind(*args, **kwargs)
                 if _tensorflow.sizes_unknown(bound.arguments.get(name) for name in data):
-                    return _tensorflow.when_run(function, bound, data)
+                    return _tensorflow.when_run(function, bound, data, state)
             return function(*args, **kwargs)
 
         return wrapper
@@ -880,8 +881,30 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
     return zi if shape == expected else ns.broadcast_to(zi, expected, like=x)
 
 
+def _zi_shape(order: int, sections: int | None, shape: list, axis) -> tuple | None:
+    """The shape of SciPy's zi for a signal of ``shape``: its length along ``axis`` the
+    filter's ``order``, after ``sections`` where given; None for an axis out of range (the
+    call raises its own error)."""
+    if not isinstance(axis, int) or not -len(shape) <= axis < len(shape):
+        return None
+    axis %= len(shape)
+    zi = (*shape[:axis], order, *shape[axis + 1:])
+    return zi if sections is None else (sections, *zi)
+
+
+def _lfilter_zi_shape(arguments: dict, shape: list) -> tuple | None:
+    """`lfilter`'s zi shape for a signal of ``shape`` (`_sizes_when_run`'s ``state``)."""
+    b, a = _normalized(arguments["b"], arguments["a"])
+    return _zi_shape(max(a.size, b.size) - 1, None, shape, arguments["axis"])
+
+
+def _sosfilt_zi_shape(arguments: dict, shape: list) -> tuple | None:
+    """`sosfilt`'s zi shape for a signal of ``shape`` (`_sizes_when_run`'s ``state``)."""
+    return _zi_shape(2, len(_sections(arguments["sos"])), shape, arguments["axis"])
+
+
 @public
-@_sizes_when_run("x", "zi")
+@_sizes_when_run("x", "zi", state=_lfilter_zi_shape)
 @_front_door
 def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
             zi: ArrayLike | None = None):
@@ -978,7 +1001,7 @@ def _sections(sos) -> np.ndarray:
 
 
 @public
-@_sizes_when_run("x", "zi")
+@_sizes_when_run("x", "zi", state=_sosfilt_zi_shape)
 @_front_door
 def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None = None):
     """Filter `x` with cascaded second-order sections, as ``scipy.signal.sosfilt``.
