@@ -1650,6 +1650,17 @@ def test_lfilter_zi_matches_scipy(b, a):
     np.testing.assert_allclose(signal.lfilter_zi(b, a), ss.lfilter_zi(b, a), rtol=1e-12)
 
 
+def test_lfilter_zi_of_a_pure_gain():
+    """A pure gain has no state: an empty zi, which `lfilter` takes (SciPy's `lfilter_zi`
+    raises, its `lfilter` takes the same empty zi)."""
+    zi = signal.lfilter_zi([3.0], [2.0])
+    assert zi.shape == (0,)
+    assert zi.dtype == np.float64
+    y, zf = signal.lfilter([3.0], [2.0], np.ones(3), zi=zi * 1.0)
+    np.testing.assert_array_equal(y, 1.5)
+    assert zf.shape == (0,)
+
+
 def test_sosfilt_zi_matches_scipy():
     sos = ss.butter(6, 0.1, output="sos")
     np.testing.assert_allclose(signal.sosfilt_zi(sos), ss.sosfilt_zi(sos), rtol=1e-10)

@@ -1136,6 +1136,23 @@ def lfilter_zi(b: ArrayLike, a: ArrayLike) -> np.ndarray:
     Scale it by the first sample, ``zi = lfilter_zi(b, a) * x[0]``, to start
     filtering without a transient.
 
+    Parameters
+    ----------
+    b, a : array_like
+        Numerator and denominator coefficients (1-D; ``a[0]`` non-zero).
+
+    Returns
+    -------
+    zi : ndarray
+        ``(max(len(a), len(b)) - 1,)``, float64 (complex128 for a complex
+        filter); empty for a pure gain, which has no state (SciPy raises).
+
+    Raises
+    ------
+    ValueError
+        If the filter has a pole at z = 1 (``a`` sums to zero): a step input
+        then has no steady state.
+
     Examples
     --------
     >>> from cuscan.signal import lfilter, lfilter_zi
