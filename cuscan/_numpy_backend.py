@@ -472,11 +472,9 @@ def _buffer(target, dtype, scratch: Scratch, keep: bool = False, method: str = "
 
 def _in_copies(target, dtype, method: str) -> bool:
     """Whether `scan` by ``method`` into ``target`` in ``dtype`` works in copies of its own
-    and writes its result into ``target`` at the end, in any layout alike: Hillis and
-    Steele's scan (`_doubles`), or the chunked scan on steps of at most _MAX_STRIDED_ROW
-    bytes, whose chunks it copies (as `scan` resolves "auto", the operands aside); from
-    _MIN_SCATTERED_LENGTH steps: on shorter scans a buffer so laid out took up to 1.05 of
-    the time (a few microseconds)."""
+    (`_copies_steps`) and writes its result into ``target`` at the end, in any layout alike;
+    from _MIN_SCATTERED_LENGTH steps: on shorter scans a buffer laid out as ``target`` took
+    up to 1.05 of the time (a few microseconds)."""
     length, row = target.shape[0], math.prod(target.shape[1:]) * np.dtype(dtype).itemsize
     return length >= _MIN_SCATTERED_LENGTH and _copies_steps(length, row, method)
 

@@ -425,28 +425,25 @@ def when_run(function, bound, data: tuple[str, ...], state=None):
                 known[k] = n
     axis = arguments.get("axis")
 
-    def probe(tensor, size: int, signal: bool):
+    def probe(tensor, size: int, signal: bool, wanted=None):
         shape = tensor.shape.as_list()
+        if wanted is not None and len(wanted) == len(shape):  # a state, for the signal's probe
+            return tf.fill([w if n is None else n for n, w in zip(shape, wanted, strict=True)],
+                           tf.cast(0.5, tensor.dtype))
         time = axis % len(shape) if signal and isinstance(axis, int) and shape else None
         return tf.fill([n if n is not None else _PROBE_LENGTH + size - 1 if k == time
                         else known.get(len(shape) - 1 - k, size) for k, n in enumerate(shape)],
                        tf.cast(0.5, tensor.dtype))
 
-    def state_probe(tensor, wanted, default):
-        shape = tensor.shape.as_list()
-        if wanted is None or len(wanted) != len(shape):
-            return default
-        return tf.fill([w if n is None else n for n, w in zip(shape, wanted, strict=True)],
-                       tf.cast(0.5, tensor.dtype))
-
+    with_state = state is not None and names[:2] == list(data[:2])
     probes = []
     with tf.init_scope():  # eagerly
         for size in (1, 2):
             try:
-                values = [probe(t, size, k == 0) for k, t in enumerate(tensors)]
-                if state is not None and names[:2] == list(data[:2]):
-                    values[1] = state_probe(tensors[1], state(arguments, values[0].shape.as_list()),
-                                            values[1])
+                values = [probe(tensors[0], size, True)]
+                wanted = state(arguments, values[0].shape.as_list()) if with_state else None
+                values += [probe(t, size, False, wanted if k == 1 else None)
+                           for k, t in enumerate(tensors[1:], 1)]
                 probes.append(call(*values))
             except Exception:
                 if not probes:

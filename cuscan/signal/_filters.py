@@ -861,7 +861,7 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
         return None
     zi = _inexact(ns, zi, "zi", like=x)
     shape = tuple(zi.shape)
-    expected = (*x.shape[:axis], order, *x.shape[axis + 1:])
+    expected = _zi_shape(order, None, tuple(x.shape), axis)
 
     def same(have, want) -> bool:  # an unknown size (None, in TensorFlow's graphs) may be any
         return have == want or None in (have, want)
@@ -881,7 +881,7 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
     return zi if shape == expected else ns.broadcast_to(zi, expected, like=x)
 
 
-def _zi_shape(order: int, sections: int | None, shape: list, axis) -> tuple | None:
+def _zi_shape(order: int, sections: int | None, shape, axis) -> tuple | None:
     """The shape of SciPy's zi for a signal of ``shape``: its length along ``axis`` the
     filter's ``order``, after ``sections`` where given; None for an axis out of range (the
     call raises its own error)."""
