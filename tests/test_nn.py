@@ -183,12 +183,21 @@ def test_shapes_batch_first_and_states(name):
     torch.testing.assert_close(output, expected.transpose(0, 1))
     for mine, theirs in zip(flat(final), flat(expected_final), strict=True):
         torch.testing.assert_close(mine, theirs)
-    # An empty sequence returns the initial state.
+    # An empty sequence returns the initial state, and differentiates as a function of the
+    # weights with zero gradients (as torch.nn.Linear on no rows does).
     state = random_state(model, 2, torch.Generator().manual_seed(5))
+    for tensor in flat(state):
+        tensor.requires_grad_()
     output, final = model(x[:, :0], state)
     assert output.shape == (2, 0, model.hidden_size)
     for mine, given in zip(flat(final), flat(state), strict=True):
         torch.testing.assert_close(mine, given)
+    model.zero_grad(set_to_none=True)
+    (output.sum() + sum(tensor.sum() for tensor in flat(final))).backward()
+    for parameter in model.parameters():
+        torch.testing.assert_close(parameter.grad, torch.zeros_like(parameter))
+    for tensor in flat(state):
+        torch.testing.assert_close(tensor.grad, torch.ones_like(tensor))
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

@@ -434,10 +434,12 @@ class _QRNNLayer(nn.Module):
         # step t sees rows t to t + window - 1 of the whole.
         whole = torch.cat([x.new_zeros(self.window - 1, batch, features) if before is None
                            else before, x])
-        if steps:  # (T + window - 1, B, m) -> (B, m, T + window - 1) -> (T, B, 3H)
-            pre = self.conv(whole.permute(1, 2, 0)).permute(2, 0, 1)
-        else:  # torch's convolution refuses an input shorter than its filter
-            pre = x.new_zeros(0, batch, self.conv.out_channels)
+        # torch's convolution refuses an input shorter than its filter: with no steps it
+        # convolves one step of zeros and keeps none, so that the (empty) result still
+        # depends on the weights, as every other layer's does.
+        padded = whole if steps else torch.cat([whole, x.new_zeros(1, batch, features)])
+        # (T + window - 1, B, m) -> (B, m, T + window - 1) -> (T, B, 3H)
+        pre = self.conv(padded.permute(1, 2, 0)).permute(2, 0, 1)[:steps]
         z, f, o = pre.chunk(3, dim=-1)
         f = torch.sigmoid(f)
         c = _scan(f, (1 - f) * torch.tanh(z), initial, method)
