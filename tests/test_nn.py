@@ -362,6 +362,8 @@ def test_errors():
         model(torch.randn(5, 3), torch.zeros(1, 2, 4))  # unbatched inputs, batched state
     with pytest.raises(ValueError, match=r"\('surrogate', 'cell'\)"):
         GILRLSTM(3, 4)(torch.randn(5, 2, 3), torch.zeros(1, 2, 4))
+    with pytest.raises(ValueError, match=r"1 tensor\(s\) \('c',\) of shape \(1, 2, 4\)"):
+        SRU(3, 4)(torch.randn(5, 2, 3), torch.zeros(2, 2, 4))  # an SRU's state is c
     with pytest.raises(ValueError, match="method"):
         SRU(3, 4, method="fast")
     with pytest.raises(ValueError, match="`window` must be at least 1; got 0"):
@@ -485,6 +487,11 @@ def test_reset_parameters(name):
         if module is not model and hasattr(module, "reset_parameters"):
             module.reset_parameters()
     torch.testing.assert_close(model(x)[0], direct(x)[0])
+    # torch.nn.LSTM's flatten_parameters, which code written for it calls, changes nothing.
+    before = {key: tensor.clone() for key, tensor in model.state_dict().items()}
+    assert model.flatten_parameters() is None
+    for key, tensor in model.state_dict().items():
+        torch.testing.assert_close(tensor, before[key], rtol=0, atol=0, msg=key)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))

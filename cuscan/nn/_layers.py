@@ -81,6 +81,14 @@ class _Stack(nn.Module):
             if module is not self and hasattr(module, "reset_parameters"):
                 module.reset_parameters()
 
+    def flatten_parameters(self) -> None:
+        """Do nothing: the parameters are never packed into one buffer for cuDNN.
+
+        Present so that code written for ``torch.nn.LSTM``, which calls its
+        ``flatten_parameters`` after moving or replicating the module, runs
+        unchanged.
+        """
+
     def forward(self, inputs, state=None):
         """Run the stack over a sequence.
 
@@ -415,6 +423,8 @@ class SRU(_Stack):
     >>> output.shape, c.shape
     (torch.Size([2, 50, 8]), torch.Size([3, 2, 8]))
     """
+
+    state_names = ("c",)
 
     def _layer(self, input_size, hidden_size, factory):
         return _SRULayer(input_size, hidden_size, factory)
