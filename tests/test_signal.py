@@ -2127,6 +2127,28 @@ def test_filtfilt_matches_scipy(backend, b, a, padtype, padlen):
     np.testing.assert_allclose(result, expected, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
+def test_integer_signals_padded_without_wrapping(backend, dtype):
+    """An integer signal is padded in float64: SciPy's odd extension ``2 x[0] - x[k]`` is
+    computed in the signal's own type, and wraps around beyond its range."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(52)
+    x = rng.integers(info.min, info.max, (2, 40), endpoint=True).astype(dtype)
+    x[:, 0], x[:, 1] = info.max, info.min  # 2 x[0] - x[1] is three times the range
+    b, a = ss.butter(3, 0.2)
+    sos = ss.butter(3, 0.2, output="sos")
+    exact = x.astype(np.float64)
+    for padtype in ("odd", "even", "constant"):
+        for result, expected in (
+                (signal.filtfilt(b, a, backend.asarray(x), padtype=padtype),
+                 ss.filtfilt(b, a, exact, padtype=padtype)),
+                (signal.sosfiltfilt(sos, backend.asarray(x), padtype=padtype),
+                 ss.sosfiltfilt(sos, exact, padtype=padtype))):
+            result = backend.to_numpy(result)
+            assert result.dtype == np.float64
+            np.testing.assert_allclose(result, expected, rtol=1e-12, atol=1e-12 * info.max)
+
+
 def test_padding_into_scratch():
     """A NumPy signal's padding, written into a pooled array, is the padding the frameworks'
     signals get (by flips and a concatenation): every padtype and length, along every axis,
