@@ -507,6 +507,8 @@ def _sum_to_shape(xp, array, shape: tuple[int, ...]):
     if array.shape == shape:
         return array
     axes = summed_axes(array.shape, shape)
-    total = xp.sum(array, axis=axes, keepdims=True, dtype=_dtypes.accumulator(array.dtype))
-    with np.errstate(over="ignore"):  # a sum beyond a half type is infinite, as in the scan
+    # A sum beyond a half type is infinite, as in the scan, and terms of both signs that
+    # overflowed it are NaN, as torch's own broadcast products' gradients: quietly.
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = xp.sum(array, axis=axes, keepdims=True, dtype=_dtypes.accumulator(array.dtype))
         return total.reshape(shape).astype(array.dtype, copy=False)

@@ -144,6 +144,12 @@ def test_half_gradient_sums_overflow_quietly(backend):
     assert grad.dtype == np.float16
     assert grad.shape == (1,)
     assert np.isposinf(grad[0])  # terms of about 100 * 120, 63 of them: over 65504
+    # Terms beyond the range themselves, infinite of both signs, sum to NaN, as quietly.
+    signs = np.where(np.arange(length) % 2, 1, -1)[:, None]
+    output = backend.asarray((300 * signs).astype(np.float16))
+    weights = backend.asarray(np.full((length, 1), 300.0, np.float16))
+    grad_decays, _, _ = cuscan.linear_recurrence_vjp(weights, decays, output)
+    assert np.isnan(backend.to_numpy(grad_decays)[0])
 
 
 def test_empty_time_axis(backend):
