@@ -164,8 +164,12 @@ def _promoted(*tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
 
 
 def _differentiated(*tensors) -> bool:
-    """Whether autograd records a call on ``tensors``."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    """Whether autograd may record a call on ``tensors``: inside torch.func's transforms
+    always (with grad mode on), since the batched tensors of a ``vmap`` inside ``grad``
+    or ``vjp`` do not report that the transform outside tracks them."""
+    return torch.is_grad_enabled() and (
+        torch._C._functorch.peek_interpreter_stack() is not None
+        or any(t is not None and t.requires_grad for t in tensors))
 
 
 def _forward_mode() -> bool:

@@ -465,6 +465,30 @@ def test_autocast(name):
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
+def test_ensemble_through_torch_func(name):
+    """Models stacked by ``torch.func.stack_module_state`` and run by ``vmap`` over
+    ``functional_call`` (an ensemble): the gradients of ``grad`` over that ``vmap`` are
+    each model's own."""
+    models = [make(name, bidirectional=True)[0] for _ in range(3)]
+    for i, model in enumerate(models):
+        for parameter in model.parameters():
+            parameter.data.mul_(1 + 0.1 * i)  # three different models
+    params, buffers = torch.func.stack_module_state(models)
+    x = torch.randn(9, 2, models[0].input_size, dtype=torch.float64)
+
+    def loss(params):
+        run = torch.func.vmap(lambda p, b: torch.func.functional_call(models[0], (p, b), (x,))[0])
+        return run(params, buffers).square().sum()
+
+    grads = torch.func.grad(loss)(params)
+    for model in models:
+        model(x)[0].square().sum().backward()
+    for key, grad in grads.items():
+        torch.testing.assert_close(grad, torch.stack([dict(model.named_parameters())[key].grad
+                                                      for model in models]), msg=key)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
 def test_reset_parameters(name):
     """A model made on the meta device, materialised by ``to_empty`` and reset, is
     initialised as one made directly: the same parameters from the same seed, and

@@ -271,6 +271,21 @@ def test_torch_func_transforms(device):
         a = decays.clone().requires_grad_()
         loss(a, impulses[i], states[i]).backward()
         torch.testing.assert_close(per_example[i], a.grad)
+    # grad and vjp outside vmap (ensembles of models): every batched operand differentiated
+    ensemble = decays * torch.linspace(0.6, 1.0, 5, dtype=torch.float64,
+                                       device=device)[:, None, None]
+    separate = [torch.autograd.grad(loss(a.requires_grad_(), x.requires_grad_(), s), (a, x))
+                for a, x, s in zip(ensemble.clone(), impulses.clone(), states, strict=True)]
+    for argnums in (0, 1):
+        together = torch.func.grad(lambda *ax: torch.func.vmap(loss)(*ax, states).sum(),
+                                   argnums=argnums)(ensemble, impulses)
+        torch.testing.assert_close(together, torch.stack([g[argnums] for g in separate]))
+    outputs, pullback = torch.func.vjp(torch.func.vmap(cuscan.linear_recurrence),
+                                       ensemble, impulses, states)
+    weights = torch.randn(outputs.shape, generator=generator, dtype=torch.float64).to(device)
+    for pulled, expected in zip(pullback(weights), torch.func.vmap(cuscan.linear_recurrence_vjp)(
+            weights, ensemble, outputs, states), strict=True):
+        torch.testing.assert_close(pulled, expected)
     # forward mode, and forward over reverse
     jacobians = [transform(lambda a: cuscan.linear_recurrence(a, impulses[0]))(decays)
                  for transform in (torch.func.jacrev, torch.func.jacfwd)]
