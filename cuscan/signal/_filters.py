@@ -867,10 +867,11 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
         return have == want or None in (have, want)
 
     if sections is not None:
-        if len(shape) != x.ndim + 1 or not all(
-                same(have, want) for have, want in zip(shape, (sections, *expected), strict=False)):
-            raise ValueError(f"`zi` must have shape {(sections, *expected)} (n_sections, then "
-                             f"x's shape with axis {axis} of length {order}); got {shape}")
+        wanted = _zi_shape(order, sections, tuple(x.shape), axis)
+        if len(shape) != len(wanted) or not all(
+                same(have, want) for have, want in zip(shape, wanted, strict=True)):
+            raise ValueError(f"`zi` must have shape {wanted} (n_sections, then x's shape with "
+                             f"axis {axis} of length {order}); got {shape}")
         return zi
     fits = len(shape) == x.ndim and all(
         same(have, want) or (have == 1 and k != axis)
