@@ -1822,6 +1822,21 @@ def test_ema_min_periods(backend, adjust):
     assert not np.isnan(np.delete(result[:, 2:], 1, axis=0)).any()
 
 
+
+@pytest.mark.parametrize("nan_policy", ["propagate", "omit"])
+@pytest.mark.parametrize("adjust", [False, True])
+def test_ema_infinity_is_a_value(backend, adjust, nan_policy):
+    """An infinite sample is a value, not a missing one, whatever the nan_policy: the
+    average is infinite from there on, and NaN once the other infinity arrives (pandas'
+    window functions skip infinities as missing; documented)."""
+    x = np.array([[1.0, 2.0, np.inf, 3.0, 4.0, -np.inf, 5.0]])
+    result = backend.to_numpy(signal.ema(backend.asarray(x), 0.3, adjust=adjust,
+                                         nan_policy=nan_policy))
+    np.testing.assert_array_equal(result[0, 2:5], np.inf)
+    assert np.isnan(result[0, 5:]).all()
+    second = (0.7 * 1.0 + 1.0 * 2.0) / 1.7 if adjust else 0.7 * 1.0 + 0.3 * 2.0
+    np.testing.assert_allclose(result[0, :2], [1.0, second])
+
 def test_ema_omits_missing_per_channel_and_time_varying(backend):
     """nan_policy="omit" with one alpha per channel, one per step, complex signals, and
     the documented weights: after a gap, ``(1 - alpha)^2`` and ``alpha`` for [x0, nan, x2]

@@ -54,7 +54,9 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
         pandas, it is a missing sample. The average keeps its last value over
         missing samples (NaN before a channel's first sample), and weights
         stay by position: a sample after a gap of ``k`` missing ones meets an
-        average decayed by ``k + 1`` steps, not one.
+        average decayed by ``k + 1`` steps, not one. An infinite sample is
+        not missing (pandas takes it as missing): the average is infinite
+        from there on.
     ignore_na : bool, default False
         With ``nan_policy="omit"``, pandas' ``ignore_na=True``: weights by
         the samples present, as if the missing ones were not there.
