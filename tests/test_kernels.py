@@ -137,6 +137,57 @@ def test_overflow_persists_with_the_gpu_chunking(monkeypatch, axis, dtype):
     assert "linear_recurrence_bwd_rescan" in launcher.launches
 
 
+
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
+def test_half_stores_round_to_nearest_even(monkeypatch, dtype_name):
+    """The serial kernels of the half types accumulate in float32 and round each stored
+    value once, to nearest with ties to even, as NumPy (ml_dtypes for bfloat16) rounds:
+    their results, forward and backward, are those of a float32 loop rounded on store, bit
+    for bit (the host build contracts no multiply-add). Some sums are exact ties."""
+    from tests import kernel_host
+
+    dtype = np.dtype(require("ml_dtypes").bfloat16) if dtype_name == "bfloat16" else \
+        np.dtype(dtype_name)
+    launcher = kernel_host.HostKernels(kernel_host.build())
+    backend = KernelBackend(np, launcher)
+    monkeypatch.setattr(cuscan._numpy_backend, "forward", backend.forward)
+    monkeypatch.setattr(cuscan._numpy_backend, "backward", backend.backward)
+    rng = np.random.default_rng(53)
+    length, channels = 300, 64
+    decays = rng.uniform(-1, 1, (length, channels)).astype(dtype)
+    impulses = rng.standard_normal((length, channels)).astype(dtype)
+    start = rng.standard_normal(channels).astype(dtype)
+    grad_output = rng.standard_normal((length, channels)).astype(dtype)
+    # Channels 0 and 1 sum 1 and half a unit in the last place of 1, then once more: ties
+    # between 1 and its successor (down to 1, the even one) and between that successor and
+    # the next (up to the even one).
+    half_ulp = np.finfo(dtype).eps / 2
+    decays[:3, :2], impulses[:3, 0], impulses[:3, 1] = 1, [1, half_ulp, 0], [1, 3 * half_ulp, 0]
+    start[:2] = 0
+    h = cuscan.linear_recurrence(decays, impulses, start)
+    assert launcher.launches == ["linear_recurrence_fwd_serial"]
+    assert h[1, 0] == 1
+    assert h[1, 1] == 1 + 4 * half_ulp
+    grads = cuscan.linear_recurrence_vjp(grad_output, decays, h, start)
+    assert launcher.launches[-1] == "linear_recurrence_bwd_serial"
+
+    a, x, go, hs = (v.astype(np.float32) for v in (decays, impulses, grad_output, h))
+    state, expected = start.astype(np.float32), np.empty((length, channels), dtype)
+    for t in range(length):
+        state = a[t] * state + x[t]
+        expected[t] = state.astype(dtype)
+    np.testing.assert_array_equal(h.view(np.uint16), expected.view(np.uint16))
+    g = go[-1]
+    grad_decays, grad_impulses = np.empty_like(expected), np.empty_like(expected)
+    for t in range(length - 1, -1, -1):
+        grad_impulses[t] = g.astype(dtype)
+        grad_decays[t] = ((hs[t - 1] if t else start.astype(np.float32)) * g).astype(dtype)
+        if t:
+            g = a[t] * g + go[t - 1]
+    grad_start = (a[0] * g).astype(dtype)
+    for got, want in zip(grads, (grad_decays, grad_impulses, grad_start), strict=True):
+        np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
 def test_serial_launches_kept_by_layout(monkeypatch):
     """A layout's serial launch is kept: a later call with arrays of the same shapes, strides
     and dtypes skips the layout and runs on its own arrays; any other layout, a layout that
