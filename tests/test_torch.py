@@ -264,6 +264,24 @@ def test_torch_func_transforms(device):
                             in_dims=2)(decays[:, :, None] * scales)
     for i, h in enumerate(moved):
         torch.testing.assert_close(h, cuscan.linear_recurrence(decays * scales[i], impulses[0]))
+    # without grad mode, the operators' own batching rules (with it, autograd's path)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.func.vmap(cuscan.linear_recurrence, in_dims=(
+            None, 0, 0))(decays, impulses, states), looped)
+        for dims in ((0, None, 0, 0), (None, None, 0, None), (0, None, 0, None)):
+            operands = (impulses if dims[0] == 0 else impulses[0], decays, looped,
+                        None if dims[3] is None else states)
+            batched = torch.func.vmap(cuscan.linear_recurrence_vjp, in_dims=dims, out_dims=(
+                0, 0, None if dims[3] is None else 0))(*operands)
+            for i in range(5):
+                alone = cuscan.linear_recurrence_vjp(*(
+                    None if v is None else v if d is None else v[i]
+                    for v, d in zip(operands, dims, strict=True)))
+                for got, expected in zip(batched, alone, strict=True):
+                    if expected is None:
+                        assert got is None
+                    else:
+                        torch.testing.assert_close(got[i], expected)
     # grad, and per-example gradients of a shared decay
     per_example = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(
         decays, impulses, states)
