@@ -1122,9 +1122,12 @@ def test_numpy_blocked(monkeypatch):
     # which propagates them as the serial loop does.
     impulses = make(rng, (3, 100), low=-1.0)
     state = np.zeros(3)
+    # Two samples of 1.5e308 in one chunk overflow its state at the second, where the
+    # chunk's final state and the carries stay finite: the products' results are not.
     for decays, where, value in ((0.5, (0, 40), np.inf), (0.5, (1, 99), np.nan),
                                  (-0.9, (2, 5), -np.inf), (np.float32(30.0), None, None),
-                                 (1e200, None, None), (0.5, "state", np.nan)):
+                                 (1e200, None, None), (0.5, (2, slice(40, 42)), 1.5e308),
+                                 (0.5, "state", np.nan)):
         data = impulses.astype(np.asarray(decays).dtype)
         if where == "state":
             state[1] = value
