@@ -1,4 +1,4 @@
-"""The Python examples in docs/ run as written."""
+"""The Python examples in the README and docs/ run as written."""
 
 from __future__ import annotations
 
@@ -9,25 +9,38 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
+from tests.conftest import _gpu_available, require
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
-# page -> the modules its examples need
-PAGES = {"torch.md": ["torch"], "jax.md": ["jax"], "tensorflow.md": ["tensorflow"],
-         "nn.md": ["torch"]}
+ROOT = Path(__file__).resolve().parents[1]
+# page -> the modules its examples need ("GPU": CuPy and a CUDA device)
+PAGES = {"README.md": [], "docs/api.md": [], "docs/signal.md": ["scipy", "torch"],
+         "docs/gpu.md": ["GPU"], "docs/torch.md": ["torch"], "docs/jax.md": ["jax"],
+         "docs/tensorflow.md": ["tensorflow"], "docs/nn.md": ["torch"]}
 
 
-@pytest.mark.parametrize("page", sorted(PAGES))
+def test_every_page_with_examples_is_run():
+    pages = {str(p.relative_to(ROOT)) for p in [ROOT / "README.md", *ROOT.glob("docs/*.md")]
+             if "```python" in p.read_text()}
+    assert pages == set(PAGES)
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.gpu) if "GPU" in PAGES[p]
+                                  else p for p in sorted(PAGES)])
 def test_examples_run(page, monkeypatch):
-    """Each block runs in a module of its own, importable by name as a user's script is
-    (torch.compile looks its globals up by the module's name)."""
+    """A page's blocks run in order in one module, as a user's script running them one
+    after another would, importable by name (torch.compile looks its globals up by the
+    module's name)."""
     for module in PAGES[page]:
-        require(module)
-    text = (DOCS / page).read_text()
+        if module == "GPU":
+            if not _gpu_available():
+                pytest.skip("needs CuPy and a CUDA GPU")
+        else:
+            require(module)
+    text = (ROOT / page).read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
     assert blocks
-    for number, block in enumerate(blocks):
-        name = f"docs_{Path(page).stem}_{number}"
-        module = types.ModuleType(name)
-        monkeypatch.setitem(sys.modules, name, module)
+    name = f"docs_{Path(page).stem}"
+    module = types.ModuleType(name)
+    monkeypatch.setitem(sys.modules, name, module)
+    for block in blocks:
         exec(compile(block, page, "exec"), module.__dict__)
