@@ -161,7 +161,7 @@ def test_half_stores_round_to_nearest_even(monkeypatch, dtype_name):
     # Channels 0 and 1 sum 1 and half a unit in the last place of 1, then once more: ties
     # between 1 and its successor (down to 1, the even one) and between that successor and
     # the next (up to the even one).
-    half_ulp = np.finfo(dtype).eps / 2
+    half_ulp = _dtypes.epsilon(dtype) / 2
     decays[:3, :2], impulses[:3, 0], impulses[:3, 1] = 1, [1, half_ulp, 0], [1, 3 * half_ulp, 0]
     start[:2] = 0
     h = cuscan.linear_recurrence(decays, impulses, start)
