@@ -838,6 +838,26 @@ def test_numpy_segments(monkeypatch):
                     np.testing.assert_allclose(
                         got.astype(np.complex128), want, rtol=0,
                         atol=tolerance(dtype, length) * np.abs(want).max())
+    # A time-major result written in place while time-contiguous operands are copied a
+    # segment at a time: each segment starts from the state the last one wrote there.
+    for dtype in ("float64", "complex128"):
+        decays = make(rng, (1500, 40), dtype, low=0.5)
+        impulses, weights = (np.asfortranarray(make(rng, (1500, 40), dtype, low=-1.0))
+                             for _ in range(2))
+        state = make(rng, (40,), dtype, low=-1.0)
+        for reverse in (False, True):
+            cut.clear()
+            h = check(numpy, decays, impulses, state, reverse=reverse)
+            assert all(c is not None and len(c) > 2 for c in cut), (dtype, cut)
+            cut.clear()
+            pieces = cuscan.linear_recurrence_vjp(weights, decays, h, state, reverse=reverse)
+            assert all(c is not None and len(c) > 2 for c in cut), (dtype, cut)
+            monkeypatch.setattr(_numpy_backend, "_SEGMENT_BYTES", 2**40)
+            whole = cuscan.linear_recurrence_vjp(weights, decays, h, state, reverse=reverse)
+            monkeypatch.setattr(_numpy_backend, "_SEGMENT_BYTES", 2048)
+            for got, want in zip(pieces, whole, strict=True):
+                np.testing.assert_allclose(got, want, rtol=0, atol=tolerance(dtype, 1500)
+                                           * np.abs(want).max())
     half = np.empty((870, 4), np.float16)  # 256 steps of 16 bytes, and 102 left
     halves = _numpy_backend._segments((half,), half, np.float32)
     assert [b - a for a, b in halves] == [256, 256, 358]
