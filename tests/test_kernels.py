@@ -137,7 +137,6 @@ def test_overflow_persists_with_the_gpu_chunking(monkeypatch, axis, dtype):
     assert "linear_recurrence_bwd_rescan" in launcher.launches
 
 
-
 @pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
 def test_half_stores_round_to_nearest_even(monkeypatch, dtype_name):
     """The serial kernels of the half types accumulate in float32 and round each stored
@@ -158,9 +157,9 @@ def test_half_stores_round_to_nearest_even(monkeypatch, dtype_name):
     impulses = rng.standard_normal((length, channels)).astype(dtype)
     start = rng.standard_normal(channels).astype(dtype)
     grad_output = rng.standard_normal((length, channels)).astype(dtype)
-    # Channels 0 and 1 sum 1 and half a unit in the last place of 1, then once more: ties
-    # between 1 and its successor (down to 1, the even one) and between that successor and
-    # the next (up to the even one).
+    # Channel 0 sums 1 and half a unit in the last place of 1, a tie between 1 and its
+    # successor (to 1, the even one); channel 1 sums 1 and three halves, a tie between that
+    # successor and the next (to the next, the even one).
     half_ulp = _dtypes.epsilon(dtype) / 2
     decays[:3, :2], impulses[:3, 0], impulses[:3, 1] = 1, [1, half_ulp, 0], [1, 3 * half_ulp, 0]
     start[:2] = 0
@@ -187,6 +186,7 @@ def test_half_stores_round_to_nearest_even(monkeypatch, dtype_name):
     grad_start = (a[0] * g).astype(dtype)
     for got, want in zip(grads, (grad_decays, grad_impulses, grad_start), strict=True):
         np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
 
 def test_serial_launches_kept_by_layout(monkeypatch):
     """A layout's serial launch is kept: a later call with arrays of the same shapes, strides
