@@ -1822,7 +1822,6 @@ def test_ema_min_periods(backend, adjust):
     assert not np.isnan(np.delete(result[:, 2:], 1, axis=0)).any()
 
 
-
 @pytest.mark.parametrize("nan_policy", ["propagate", "omit"])
 @pytest.mark.parametrize("adjust", [False, True])
 def test_ema_infinity_is_a_value(backend, adjust, nan_policy):
@@ -1836,6 +1835,7 @@ def test_ema_infinity_is_a_value(backend, adjust, nan_policy):
     assert np.isnan(result[0, 5:]).all()
     second = (0.7 * 1.0 + 1.0 * 2.0) / 1.7 if adjust else 0.7 * 1.0 + 0.3 * 2.0
     np.testing.assert_allclose(result[0, :2], [1.0, second])
+
 
 def test_ema_omits_missing_per_channel_and_time_varying(backend):
     """nan_policy="omit" with one alpha per channel, one per step, complex signals, and
