@@ -15,8 +15,14 @@ from tests.test_linear_recurrence import check, make
 
 
 class PoisonedPool(_scratch._Pool):
-    """A pool that fills every buffer given back with NaN (all bits set), so that an
-    array read after its scope closed gives NaN."""
+    """A pool that fills every buffer it hands out or is given back with NaN (all bits
+    set), so that an array read before it is written, or after its scope closed, gives
+    NaN."""
+
+    def take(self, size):
+        buffer = super().take(size)
+        buffer.fill(0xFF)
+        return buffer
 
     def give(self, buffer):
         buffer.fill(0xFF)
@@ -168,7 +174,9 @@ def test_filters_with_every_temporary_pooled(pool, monkeypatch, segments):
     rng = np.random.default_rng(67)
     b, a = scipy_signal.butter(4, 0.1)
     sos = scipy_signal.butter(6, 0.2, output="sos")
-    for shape, axis in (((3001,), 0), ((3, 2000), -1), ((2000, 3), 0), ((5, 700, 2), 1)):
+    # (10001,): more chunks than one product with the powers of a pole takes (_SCAN_BLOCK)
+    for shape, axis in (((3001,), 0), ((3, 2000), -1), ((2000, 3), 0), ((5, 700, 2), 1),
+                        ((10001,), 0)):
         x = rng.standard_normal(shape)
         for view in (x, np.flip(x, axis)):
             for padtype, padlen in (("odd", None), ("even", 40), ("constant", None), (None, 0)):
