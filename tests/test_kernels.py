@@ -14,7 +14,7 @@ import pytest
 import cuscan
 from cuscan import _dtypes, _kernels
 from cuscan._kernel_backend import KernelBackend, _merge
-from tests.conftest import require
+from tests.conftest import dtype_of, require
 
 ARCHITECTURES = ["sm_80", "sm_90"]
 
@@ -145,8 +145,7 @@ def test_half_stores_round_to_nearest_even(monkeypatch, dtype_name):
     for bit (the host build contracts no multiply-add). Some sums are exact ties."""
     from tests import kernel_host
 
-    dtype = np.dtype(require("ml_dtypes").bfloat16) if dtype_name == "bfloat16" else \
-        np.dtype(dtype_name)
+    dtype = dtype_of(dtype_name)
     launcher = kernel_host.HostKernels(kernel_host.build())
     backend = KernelBackend(np, launcher)
     monkeypatch.setattr(cuscan._numpy_backend, "forward", backend.forward)

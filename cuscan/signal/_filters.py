@@ -861,16 +861,15 @@ def _state(ns, zi, x, axis: int, order: int, sections: int | None = None):
         return None
     zi = _inexact(ns, zi, "zi", like=x)
     shape = tuple(zi.shape)
-    expected = _zi_shape(order, None, tuple(x.shape), axis)
+    expected = _zi_shape(order, sections, tuple(x.shape), axis)
 
     def same(have, want) -> bool:  # an unknown size (None, in TensorFlow's graphs) may be any
         return have == want or None in (have, want)
 
     if sections is not None:
-        wanted = _zi_shape(order, sections, tuple(x.shape), axis)
-        if len(shape) != len(wanted) or not all(
-                same(have, want) for have, want in zip(shape, wanted, strict=True)):
-            raise ValueError(f"`zi` must have shape {wanted} (n_sections, then x's shape with "
+        if len(shape) != len(expected) or not all(
+                same(have, want) for have, want in zip(shape, expected, strict=True)):
+            raise ValueError(f"`zi` must have shape {expected} (n_sections, then x's shape with "
                              f"axis {axis} of length {order}); got {shape}")
         return zi
     fits = len(shape) == x.ndim and all(
