@@ -330,9 +330,12 @@ def _backward(go, a, h, h0, gx, ga, start: int, stop: int, after, acc, keep: boo
         a = _operand(a[start:stop + 1], acc, scratch, keep, method)
         target = gx[start:stop]
         g = _buffer(target, acc, scratch, keep, method)
-        # Reverse time by viewing every array backwards, then run the forward scan.
+        ga = ga[start:stop]
+        # Reverse time by viewing every array backwards, then run the forward scan (over
+        # complex decays conjugated into the decays' gradient, which is written after).
         g[-1] = go[-1] if after is None else go[-1] + np.conj(a[count]) * after
-        scan(_conj(a[count - 1:0:-1], scratch), go[-2::-1], g[-1], g[-2::-1], method)
+        scan(_conj(a[count - 1:0:-1], scratch, ga[count - 1:0:-1]), go[-2::-1], g[-1],
+             g[-2::-1], method)
         if g is not target:
             # The decays' gradient reads it in the output's layout (a product across
             # layouts reads one of them strided): from the target, or, where that is of
@@ -345,7 +348,6 @@ def _backward(go, a, h, h0, gx, ga, start: int, stop: int, after, acc, keep: boo
         h = h[max(start - 1, 0):stop]
         if h.dtype != acc:
             h = _converted(h, acc, scratch)
-        ga = ga[start:stop]
         ga[0] = np.conj(h0 if start == 0 else h[0]) * g[0]
         previous = h[:-1] if start == 0 else h[1:-1]
         if previous.dtype.kind == "c" and ga.dtype == previous.dtype:
@@ -442,14 +444,23 @@ def _operand(view, dtype, scratch: Scratch, keep: bool = False, method: str = "a
     return np.broadcast_to(_copy(scratch.empty(stored.shape, dtype), stored), view.shape)
 
 
-def _conj(view, scratch: Scratch | None = None):
-    """The complex conjugate of ``view``, its broadcast axes still broadcast (in an array
-    from ``scratch`` where given); real views as they are."""
+def _conj(view, scratch: Scratch | None = None, into=None):
+    """The complex conjugate of ``view``, its broadcast axes still broadcast; real views as
+    they are. Written into ``into`` (free memory of ``view``'s shape) where ``view`` is not
+    broadcast and both have one dtype and one order of axes in memory, else into an array
+    from ``scratch`` where given."""
     if not np.iscomplexobj(view):
         return view
     stored = _stored(view)
-    into = None if scratch is None else scratch.like(stored, stored.dtype)
+    if (into is None or stored.shape != view.shape or into.dtype != view.dtype
+            or _axis_order(into) != _axis_order(view)):
+        into = None if scratch is None else scratch.like(stored, stored.dtype)
     return np.broadcast_to(np.conjugate(stored, out=into), view.shape)
+
+
+def _axis_order(array) -> list[int]:
+    """The axes of ``array`` from the outermost in memory to the innermost."""
+    return sorted(range(array.ndim), key=lambda axis: -abs(array.strides[axis]))
 
 
 def _stored(view):

@@ -168,3 +168,36 @@ def test_inputs_not_modified(backend):
     cuscan.linear_recurrence_vjp(*copies, reverse=True)
     for before, after in zip(arrays, copies, strict=True):
         np.testing.assert_array_equal(before, backend.to_numpy(after))
+
+
+@pytest.mark.parametrize(("dtype", "shape", "axis"), [
+    (np.float32, (1 << 24,), 0),
+    (np.complex64, (1 << 24,), 0),
+    (np.complex64, (64, 1 << 18), -1),
+])
+def test_numpy_memory_is_the_results(dtype, shape, axis):
+    """On NumPy arrays the forward scan allocates its result and the gradient its two, besides
+    the scratch pool's buffers (at most `_scratch._POOL_BYTES` in all), on arrays of 64 and 128
+    MiB; the gradient of complex decays held their conjugate too (three arrays' worth)."""
+    from cuscan import _scratch
+    tracemalloc = pytest.importorskip("tracemalloc")
+    rng = np.random.default_rng(7)
+    decays = np.full(shape, 0.99, dtype)
+    if np.dtype(dtype).kind == "c":
+        decays *= np.exp(1j * rng.uniform(-1, 1, shape)).astype(dtype)
+    impulses = rng.standard_normal(shape).astype(dtype)
+    output = grad_output = None
+    for run in range(2):
+        tracemalloc.start()
+        try:
+            if run == 0:
+                output = cuscan.linear_recurrence(decays, impulses, axis=axis)
+                results = output.nbytes
+            else:
+                grads = cuscan.linear_recurrence_vjp(grad_output, decays, output, axis=axis)
+                results = sum(g.nbytes for g in grads if g is not None)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak <= results + _scratch._POOL_BYTES, (run, peak / output.nbytes)
+        grad_output = impulses
