@@ -2736,6 +2736,38 @@ def test_framework_single_precision_in_blocks(framework, small_blocks):
                                    atol=2 * np.finfo(np.float32).eps * np.max(np.abs(theirs)))
 
 
+def test_framework_single_precision_without_channels(framework):
+    """A float32 signal with an axis of length 0 besides time (a batch of no channels) is
+    filtered to an empty float32 result of its shape, as NumPy arrays and SciPy do; it was
+    split into blocks by its bytes per sample, 0 (a ZeroDivisionError)."""
+    b, a = ss.butter(4, 0.1)
+    sos = ss.butter(4, 0.1, output="sos")
+    for shape, axis in (((700, 0), 0), ((0, 3, 700), -1), ((2, 700, 0), 1)):
+        x = np.zeros(shape, np.float32)
+        state = list(shape)
+        state[axis] = 4
+        sections = [2, *shape]
+        sections[1 + axis % len(shape)] = 2
+        for convert in (np.asarray, framework.tensor):
+            tensor = convert(x)
+            results = (signal.lfilter(b, a, tensor, axis=axis),
+                       *signal.lfilter(b, a, tensor, axis=axis,
+                                       zi=convert(np.zeros(state, np.float32))),
+                       signal.sosfilt(sos, tensor, axis=axis),
+                       *signal.sosfilt(sos, tensor, axis=axis,
+                                       zi=convert(np.zeros(sections, np.float32))),
+                       signal.filtfilt(b, a, tensor, axis=axis),
+                       signal.filtfilt(b, a, tensor, axis=axis, method="gust"),
+                       signal.sosfiltfilt(sos, tensor, axis=axis),
+                       signal.ema(tensor, 0.1, axis=axis))
+            shapes = [shape, shape, tuple(state), shape, shape, tuple(sections), shape, shape,
+                      shape, shape]
+            for result, expected in zip(results, shapes, strict=True):
+                result = framework.array(result) if convert is not np.asarray else result
+                assert result.shape == expected
+                assert result.dtype == np.float32
+
+
 def test_framework_zero_phase_products(framework, monkeypatch):
     """On the CPU, a framework's short signals take the zero-phase products too
     (`test_zero_phase_products`), as the framework's own product with the matrix, which its
