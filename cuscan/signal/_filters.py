@@ -232,7 +232,9 @@ def _blocks(ns, x, axis: int, work: np.dtype, out: np.dtype, zi=None) -> tuple |
     ``zi`` (`numpy_views`), where it is in single precision, NumPy computes on it and it
     is at least two blocks long; else None."""
     length = x.shape[axis]
-    views = None if out == work or not math.prod(x.shape) else ns.numpy_views(x, zi)
+    if out == work or not length or 0 in tuple(x.shape):  # (a length unknown in a trace: None)
+        return None
+    views = ns.numpy_views(x, zi)
     if views is None:  # (and the shape is known: no trace)
         return None
     block = max(_MIN_BLOCK, _BLOCK_BYTES // (work.itemsize * (math.prod(x.shape) // length)))
