@@ -2738,8 +2738,8 @@ def test_framework_single_precision_in_blocks(framework, small_blocks):
 
 def test_framework_single_precision_without_channels(framework):
     """A float32 signal with an axis of length 0 besides time (a batch of no channels) is
-    filtered to an empty float32 result of its shape, as NumPy arrays and SciPy do; it was
-    split into blocks by its bytes per sample, 0 (a ZeroDivisionError)."""
+    filtered to an empty float32 result of its shape, as a float64 one is; it was split into
+    blocks by its bytes per sample, 0 (a ZeroDivisionError)."""
     b, a = ss.butter(4, 0.1)
     sos = ss.butter(4, 0.1, output="sos")
     for shape, axis in (((700, 0), 0), ((0, 3, 700), -1), ((2, 700, 0), 1)):
