@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from cuscan import _dtypes
-from cuscan._scratch import Scratch
+from cuscan._scratch import Scratch, axis_order
 
 xp = np
 
@@ -453,14 +453,9 @@ def _conj(view, scratch: Scratch | None = None, into=None):
         return view
     stored = _stored(view)
     if (into is None or stored.shape != view.shape or into.dtype != view.dtype
-            or _axis_order(into) != _axis_order(view)):
+            or axis_order(into) != axis_order(view)):
         into = None if scratch is None else scratch.like(stored, stored.dtype)
     return np.broadcast_to(np.conjugate(stored, out=into), view.shape)
-
-
-def _axis_order(array) -> list[int]:
-    """The axes of ``array`` from the outermost in memory to the innermost."""
-    return sorted(range(array.ndim), key=lambda axis: -abs(array.strides[axis]))
 
 
 def _stored(view):

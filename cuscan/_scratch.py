@@ -121,9 +121,13 @@ class Scratch:
     def like(self, array: np.ndarray, dtype) -> np.ndarray:
         """`empty` with ``array``'s shape and the order of its axes in memory (as
         ``numpy.empty_like``), ascending."""
-        strides = [abs(stride) for stride in array.strides]
-        order = sorted(range(array.ndim), key=lambda axis: -strides[axis])
+        order = axis_order(array)
         if order == list(range(array.ndim)):
             return self.empty(array.shape, dtype)
         stored = self.empty(tuple(array.shape[axis] for axis in order), dtype)
         return stored.transpose([order.index(axis) for axis in range(array.ndim)])
+
+
+def axis_order(array) -> list[int]:
+    """The axes of ``array`` from the outermost in memory to the innermost."""
+    return sorted(range(array.ndim), key=lambda axis: -abs(array.strides[axis]))

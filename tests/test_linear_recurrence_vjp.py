@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
 import cuscan
+from cuscan import _scratch
 from tests import reference
 from tests.conftest import DTYPES, assert_close, dtype_of, require, tolerance
 from tests.test_linear_recurrence import make
@@ -179,8 +182,6 @@ def test_numpy_memory_is_the_results(dtype, shape, axis):
     """On NumPy arrays the forward scan allocates its result and the gradient its two, besides
     the scratch pool's buffers (at most `_scratch._POOL_BYTES` in all), on arrays of 64 and 128
     MiB; the gradient of complex decays held their conjugate too (three arrays' worth)."""
-    from cuscan import _scratch
-    tracemalloc = pytest.importorskip("tracemalloc")
     rng = np.random.default_rng(7)
     decays = np.full(shape, 0.99, dtype)
     if np.dtype(dtype).kind == "c":
