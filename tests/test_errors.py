@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -30,7 +32,9 @@ def test_axis_out_of_range(backend):
 def test_axis_must_be_an_integer(backend):
     x = backend.asarray(np.ones((4, 8)))
     for axis in (1.0, True, None, "1"):
-        with pytest.raises(TypeError, match=f"`axis` must be an integer; got {axis!r}"):
+        # the message ends there: no hint for arrays, which a Python value is not
+        with pytest.raises(TypeError,
+                           match=rf"`axis` must be an integer; got {re.escape(repr(axis))}$"):
             linear_recurrence(x, x, axis=axis)
     with pytest.raises(TypeError, match="`axis` must be an integer"):
         linear_recurrence_vjp(x, x, x, axis=np.True_)
@@ -40,14 +44,16 @@ def test_axis_must_be_an_integer(backend):
 def test_reverse_must_be_a_bool(backend):
     x = backend.asarray(np.ones((4, 8)))
     for reverse in ("no", None, 2, 0.0):
-        with pytest.raises(TypeError, match=f"`reverse` must be a bool; got {reverse!r}"):
+        with pytest.raises(TypeError,
+                           match=rf"`reverse` must be a bool; got {re.escape(repr(reverse))}$"):
             linear_recurrence(x, x, reverse=reverse)
         with pytest.raises(TypeError, match="`reverse` must be a bool"):
             linear_recurrence_vjp(x, x, x, reverse=reverse)
-    expected = backend.to_numpy(linear_recurrence(x, x, reverse=True))
-    for reverse in (1, np.True_):
-        np.testing.assert_array_equal(
-            backend.to_numpy(linear_recurrence(x, x, reverse=reverse)), expected)
+    for flag, same in ((True, (1, np.True_)), (False, (0, np.False_))):
+        expected = backend.to_numpy(linear_recurrence(x, x, reverse=flag))
+        for reverse in same:
+            np.testing.assert_array_equal(
+                backend.to_numpy(linear_recurrence(x, x, reverse=reverse)), expected)
 
 
 def test_zero_dimensional(backend):

@@ -64,6 +64,18 @@ def test_lengths(backend, method, length):
 
 
 @pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("shape", [(1,), (1, 1), (1, 1, 1)])
+def test_one_element(backend, method, shape):
+    """One step of one channel, from a state: the one element is computed, never left
+    as allocated."""
+    rng = np.random.default_rng(len(shape))
+    for reverse in (False, True):
+        check(backend, make(rng, shape, low=-1.0), make(rng, shape, low=-1.0),
+              make(rng, shape[1:], low=-1.0), axis=len(shape) - 1, reverse=reverse,
+              method=method)
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_one_channel_long(backend, method):
     rng = np.random.default_rng(0)
     length = 2**20 if method != "serial" else 2**14

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import cuscan
-from cuscan import _scratch
+from cuscan import _api, _scratch
 from tests import reference
 from tests.conftest import DTYPES, assert_close, dtype_of, require, tolerance
 from tests.test_linear_recurrence import make
@@ -171,6 +171,41 @@ def test_inputs_not_modified(backend):
     cuscan.linear_recurrence_vjp(*copies, reverse=True)
     for before, after in zip(arrays, copies, strict=True):
         np.testing.assert_array_equal(before, backend.to_numpy(after))
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_into_given_arrays(backend, reverse):
+    """The entry points the framework adapters call write into arrays they are given, the
+    gradients summed to those arrays' shapes (a broadcast decay's and state's), and refuse
+    arrays of another shape or dtype, or a gradient of a state there is not."""
+    rng = np.random.default_rng(8)
+    operands = make(rng, (9, 1), low=-1.0), make(rng, (9, 3)), make(rng, (1,))
+    weights = make(rng, (9, 3))
+    h = reference.linear_recurrence(*operands, reverse=reverse)
+    a, x, h0, g = (backend.asarray(v) for v in (*operands, weights))
+    out = backend.xp.full(h.shape, np.nan)
+    assert _api.forward(a, x, h0, reverse=reverse, out=out) is out
+    assert_close(backend.to_numpy(out), h, reference.error_scale(*operands, reverse=reverse),
+                 np.float64, len(h))
+    into = tuple(backend.xp.full(v.shape, np.nan) for v in operands)
+    grads = _api.backward(g, a, backend.asarray(h), h0, reverse=reverse, out=into)
+    for i, (grad, given) in enumerate(zip(grads, into, strict=True)):
+        def changed(v, i=i):
+            return loss(weights, *(v if j == i else w for j, w in enumerate(operands)), 0,
+                        reverse)
+        assert grad is given
+        np.testing.assert_allclose(backend.to_numpy(grad),
+                                   numerical_gradient(changed, operands[i]), rtol=1e-6,
+                                   atol=1e-8)
+    with pytest.raises(ValueError, match=r"`out` must be a float64 array of shape \(9, 3\)"):
+        _api.forward(a, x, h0, out=backend.xp.empty((9, 2)))
+    with pytest.raises(ValueError, match="`out` must be a float64 array"):
+        _api.forward(a, x, h0, out=backend.xp.empty((9, 3), np.float32))
+    with pytest.raises(ValueError, match="`out` must hold float64 arrays; got float32"):
+        _api.backward(g, a, backend.asarray(h), h0,
+                      out=(into[0].astype(np.float32), into[1], into[2]))
+    with pytest.raises(ValueError, match="`out` must hold a gradient of `initial_state`"):
+        _api.backward(g, a, backend.asarray(h), out=into)
 
 
 @pytest.mark.parametrize(("dtype", "shape", "axis"), [
