@@ -52,20 +52,25 @@ def test_scopes_reuse_buffers(pool):
         with _scratch.Scratch() as inner:  # the buffer the first inner scope gave back
             assert inner.empty((size, 2), np.float32).ctypes.data == third.ctypes.data
     for array in (first, second, third):
-        assert array.ctypes.data % _scratch._ALIGN == 0
+        assert array.ctypes.data % 64 == 0  # a cache line
         assert array.flags.c_contiguous
     assert len(pool.free) == 3
     assert pool.bytes == sum(b.nbytes for b in pool.free)
     with _scratch.Scratch() as scratch:
         again = {scratch.empty((size,), np.float64).ctypes.data for _ in range(3)}
         assert again == {a.ctypes.data for a in (first, second, third)}
-    # A small array comes from NumPy and is not kept; so is a large one.
+    # A small array comes from NumPy and is not kept; so is a large one; the limits are kept.
     with _scratch.Scratch() as scratch:
         small = scratch.empty((7, 3), np.float64)
         large = scratch.empty((_scratch._MAX_POOLED + 1,), np.uint8)
         assert small.shape == (7, 3)
         assert large.shape == (_scratch._MAX_POOLED + 1,)
     assert len(pool.free) == 3
+    with _scratch.Scratch() as scratch:
+        scratch.empty((_scratch._MAX_POOLED,), np.uint8)
+        scratch.empty((_scratch._MIN_POOLED,), np.uint8)
+    assert sorted(b.nbytes for b in pool.free)[-1] == _scratch._MAX_POOLED
+    assert len(pool.free) == 4  # the smallest came from a buffer kept before
 
 
 def test_pool_is_bounded(pool, monkeypatch):
