@@ -17,7 +17,7 @@ import pytest
 
 import cuscan
 from cuscan import _dtypes, _kernels
-from cuscan._kernel_backend import KernelBackend, _merge
+from cuscan._kernel_backend import KernelBackend, Operand, _chunk_major, _merge
 from tests.conftest import IN_CI, dtype_of
 
 # The architectures each CUDA major's NVRTC compiles for: the oldest it supports, those of
@@ -105,6 +105,34 @@ def test_merge_channel_dimensions():
     assert _merge((1, 1), [(5, 7)]) == ([], [[]])
 
 
+def test_auto_plan():
+    """`method="auto"` chunks channel-contiguous layouts from `min_parallel_length` steps with
+    fewer than `max_parallel_channels` channels, and time-contiguous ones (chunk-major) from
+    `min_parallel_length_major` steps holding `min_parallel_elements_major` elements, or from
+    `always_parallel_length_major` steps; "parallel" chunks any sequence of two steps or more,
+    "serial" none."""
+    plan = KernelBackend(np, launch=None, min_parallel_length=100, max_parallel_channels=10,
+                         min_parallel_length_major=20, min_parallel_elements_major=1000,
+                         always_parallel_length_major=300)._parallel
+    assert plan(100, 9, "auto", False)
+    assert not plan(99, 9, "auto", False)
+    assert not plan(100, 10, "auto", False)
+    assert plan(20, 50, "auto", True)
+    assert not plan(20, 49, "auto", True)
+    assert not plan(19, 100, "auto", True)
+    assert plan(300, 1, "auto", True)
+    assert not plan(299, 1, "auto", True)
+    assert plan(2, 1, "parallel", False)
+    assert not plan(1, 1, "parallel", True)
+    assert not plan(10**6, 1, "serial", True)
+    # chunk-major where the written operand steps through time faster than through any
+    # channel of two or more; channels of one do not count
+    assert _chunk_major(Operand(None, (1, 0, 0, 0, 5)), [1, 1, 1, 2])
+    assert not _chunk_major(Operand(None, (2, 0, 0, 0, 1)), [1, 1, 1, 2])
+    assert _chunk_major(Operand(None, (-3, 0, 0, 1, 9)), [1, 1, 1, 3])
+    assert not _chunk_major(Operand(None, (-3, 0, 0, 9, 1)), [1, 1, 1, 3])
+
+
 def test_broadcast_operands_are_read_in_place():
     backend = KernelBackend(np, launch=None)
     decays = np.arange(4.0)
@@ -129,6 +157,43 @@ def test_layouts_beyond_four_channel_dimensions_copy_inputs_only():
     assert math.prod(sizes) == base.size // 5
     assert not np.shares_memory(x.array, base)
     assert o.array is out
+    four = np.ones((2,) * 4 + (5,)).transpose(3, 2, 1, 0, 4)  # four that do not merge
+    sizes, (x, o) = backend._layout(4, [four, np.empty(four.shape)], 1)
+    assert sizes == [2, 2, 2, 2]
+    assert x.array is four
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_states_beyond_four_channel_dimensions_are_inputs(monkeypatch, reverse):
+    """A state laid out in five channel dimensions that do not merge is copied with the
+    other inputs, forward and backward; the outputs, reversed views where ``reverse``, are
+    written in place."""
+    from tests import kernel_host, reference
+
+    launcher = kernel_host.HostKernels(kernel_host.build())
+    backend = KernelBackend(np, launcher)
+    monkeypatch.setattr(cuscan._numpy_backend, "forward", backend.forward)
+    monkeypatch.setattr(cuscan._numpy_backend, "backward", backend.backward)
+    rng = np.random.default_rng(9)
+    order = (0, 5, 4, 3, 2, 1)
+    decays, impulses, weights = (rng.uniform(-1, 1, (7, 2, 3, 2, 3, 2)).transpose(order)
+                                 for _ in range(3))
+    state = rng.standard_normal((2, 3, 2, 3, 2)).transpose(4, 3, 2, 1, 0)
+    h = cuscan.linear_recurrence(decays, impulses, state, reverse=reverse)
+    np.testing.assert_allclose(
+        h, reference.linear_recurrence(decays, impulses, state, reverse=reverse), rtol=1e-12,
+        atol=1e-12)
+    grads = cuscan.linear_recurrence_vjp(weights, decays, h, state, reverse=reverse)
+    step = 1e-6  # the loss is affine in any one element: difference quotients are exact
+    for index in [(0, 0, 0, 0, 0), (1, 2, 1, 2, 1), (1, 0, 1, 2, 0)]:
+        for k, operand in enumerate((decays, impulses, state)):
+            moved = [decays, impulses, state]
+            moved[k] = operand.copy()
+            moved[k][(3,) * (operand.ndim - 5) + index] += step
+            change = np.sum(weights * (
+                reference.linear_recurrence(*moved, reverse=reverse) - h))
+            np.testing.assert_allclose(grads[k][(3,) * (operand.ndim - 5) + index],
+                                       change / step, rtol=1e-6)
 
 
 def test_host_kernels_run_the_chunked_plan(monkeypatch):
@@ -149,6 +214,10 @@ def test_host_kernels_run_the_chunked_plan(monkeypatch):
     cuscan.linear_recurrence_vjp(np.ones_like(h), decays, h, axis=1)
     assert "linear_recurrence_bwd_reduce" in launcher.launches
     assert "linear_recurrence_bwd_rescan" in launcher.launches
+    launcher.launches.clear()
+    serial = cuscan.linear_recurrence(decays, impulses, axis=1, method="serial")
+    assert launcher.launches == ["linear_recurrence_fwd_serial"]
+    np.testing.assert_allclose(serial, h, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("axis", [0, -1])  # chunks of 16 steps; of 8, chunk-major
