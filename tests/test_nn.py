@@ -327,7 +327,7 @@ def test_bidirectional_matches_the_equations(name):
 
 def test_dropout_between_layers():
     """Dropout acts on the outputs of every layer but the last, in training only: with
-    p = 1 the last layer reads zeros."""
+    p = 1 the last layer reads zeros, and a single layer is unchanged."""
     model, inputs = make("gilr-lstm", dropout=1.0)
     plain, _ = make("gilr-lstm")
     x = torch.randn(30, 2, inputs, dtype=torch.float64)
@@ -338,6 +338,8 @@ def test_dropout_between_layers():
     expected, _ = _loop_layer(model.layers[1], torch.zeros(30, 2, model.hidden_size,
                                                             dtype=torch.float64), None)
     torch.testing.assert_close(output, expected)
+    single, _ = make("gilr-lstm", dropout=1.0, num_layers=1)  # neither inputs nor outputs
+    torch.testing.assert_close(single(x)[0], make("gilr-lstm", num_layers=1)[0](x)[0])
     model, _ = make("sru", dropout=0.5, num_layers=3)
     torch.manual_seed(18)
     first = model(x)[0]
