@@ -1716,8 +1716,8 @@ def test_ema_single_precision_small_alpha(backend, given, nan_policy):
 
 
 def test_ema_adjusted_per_channel_and_complex(backend):
-    """adjust=True with one alpha per channel (along axis 0), on a complex signal: the
-    weighted means of each channel's samples so far."""
+    """adjust=True with one alpha per channel (along axis 0, and along a middle axis), on a
+    complex signal: the weighted means of each channel's samples so far."""
     rng = np.random.default_rng(16)
     x = rng.standard_normal((150, 3)) + 1j * rng.standard_normal((150, 3))
     alpha = np.array([0.02, 0.3, 1.0])
@@ -1729,6 +1729,11 @@ def test_ema_adjusted_per_channel_and_complex(backend):
             weights = (1 - alpha[channel]) ** np.arange(t, -1, -1)
             expected = np.sum(weights * x[:t + 1, channel]) / np.sum(weights)
             np.testing.assert_allclose(result[t, channel], expected, rtol=1e-12)
+    # alphas of x's shape without a middle time axis: the channels on either side of it
+    both = signal.ema(backend.asarray(np.stack([x, x[:, ::-1]])),
+                      backend.asarray(np.stack([alpha, alpha[::-1]])), axis=1, adjust=True)
+    np.testing.assert_allclose(backend.to_numpy(both), np.stack([result, result[:, ::-1]]),
+                               rtol=1e-12)
 
 
 def test_ema_per_channel_and_time_varying(backend):
@@ -1802,15 +1807,15 @@ def test_ema_omits_missing_like_pandas(backend, alpha, adjust, ignore_na):
 
 @pytest.mark.parametrize("adjust", [False, True])
 def test_ema_min_periods(backend, adjust):
-    """min_periods as in pandas, on a signal without missing values, where NaN (with the
-    default nan_policy) propagates."""
+    """min_periods as in pandas, on signals without missing values (of one sample too),
+    where NaN (with the default nan_policy) propagates."""
     pandas = require("pandas")
     x = np.random.default_rng(20).standard_normal((3, 40))
-    for min_periods in (None, 0, 1, 2, 7, 40, 41):
-        expected = pandas.DataFrame(x.T).ewm(alpha=0.2, adjust=adjust,
-                                             min_periods=min_periods).mean().to_numpy().T
-        result = backend.to_numpy(signal.ema(backend.asarray(x), 0.2, adjust=adjust,
-                                             min_periods=min_periods))
+    for length, min_periods in itertools.product((40, 1), (None, 0, 1, 2, 7, 40, 41)):
+        expected = pandas.DataFrame(x[:, :length].T).ewm(
+            alpha=0.2, adjust=adjust, min_periods=min_periods).mean().to_numpy().T
+        result = backend.to_numpy(signal.ema(backend.asarray(x[:, :length]), 0.2,
+                                             adjust=adjust, min_periods=min_periods))
         np.testing.assert_array_equal(np.isnan(result), np.isnan(expected))
         np.testing.assert_allclose(result, expected, rtol=1e-12, atol=1e-12)
     gap = x.copy()
