@@ -1610,6 +1610,28 @@ def test_lfilter_nearly_repeated_poles(backend, poles):
     assert relative_error(result, ss.lfilter([1.0, -0.3], a, x)) <= 1e-11
 
 
+@pytest.mark.parametrize("a", [
+    ss.butter(8, 0.01)[1], ss.cheby1(10, 1, 0.02)[1],
+    np.poly([0.9] * 3 + [0.5 + 0.5j, 0.5 - 0.5j]).real,
+    ss.butter(8, 0.01)[1] * np.exp(0.3j) ** np.arange(9),  # its poles turned by 0.3 radians
+    np.poly(np.array([0.95] * 2 + [0.8]) * np.exp(0.7j)),
+], ids=["butter8", "cheby10", "3x0.9,(0.5+-0.5j)", "butter8-rotated", "2x0.95,0.8-rotated"])
+def test_poles_correctly_rounded(a):
+    """The poles are the roots of `a` itself, real or complex, rounded once (against 80
+    digits): np.roots' are off by up to 1e-2 where they cluster."""
+    mpmath = pytest.importorskip("mpmath")
+    with mpmath.workdps(80):
+        exact = [complex(z) for z in mpmath.polyroots([mpmath.mpc(complex(c)) for c in a],
+                                                       maxsteps=500, extraprec=400)]
+    roots = list(_poles._roots(a))
+    assert len(roots) == len(exact)
+    for root in exact:
+        nearest = min(roots, key=lambda z, root=root: abs(z - root))
+        assert abs(nearest - root) <= 2 * np.finfo(float).eps * abs(root)
+        roots.remove(nearest)
+    assert max(min(abs(z - root) for z in np.roots(a)) for root in exact) > 1e-12
+
+
 def test_sections_with_a_double_pole(backend):
     """Critically damped sections: a double real pole, rounded into a1 and a2."""
     rng = np.random.default_rng(12)
