@@ -1623,9 +1623,13 @@ def test_poles_correctly_rounded(a):
     """The poles are the roots of `a` itself, real or complex, rounded once (against 80
     digits): np.roots' are off by up to 9% of their magnitude on these clusters."""
     mpmath = pytest.importorskip("mpmath")
+    coefficients = [mpmath.mpc(complex(c)) for c in a]
     with mpmath.workdps(80):
-        exact = [complex(z) for z in mpmath.polyroots([mpmath.mpc(complex(c)) for c in a],
-                                                       maxsteps=500, extraprec=400)]
+        try:
+            found = mpmath.polyroots(coefficients[::-1], maxsteps=500, extraprec=400, asc=True)
+        except TypeError:  # mpmath before 1.4 takes the highest power first, and only so
+            found = mpmath.polyroots(coefficients, maxsteps=500, extraprec=400)
+    exact = [complex(z) for z in found]
     roots = list(_poles._roots(a))
     assert len(roots) == len(exact)
     for root in exact:
