@@ -1919,6 +1919,8 @@ def test_errors():
         signal.sosfilt([[1, 0, 0, 1, 0.5, 0]], np.ones(10), zi=np.zeros((1, 3)))
     with pytest.raises(ValueError, match="`alpha` must be a scalar"):
         signal.ema(np.ones((3, 10)), np.ones(4))
+    with pytest.raises(ValueError, match=r"`alpha` must be a scalar.*; got \(3, 10\)$"):
+        signal.ema(np.ones((3, 4, 10)), np.ones((3, 10)))  # the mismatch not the last axis
     with pytest.raises(TypeError, match="must hold numbers"):
         signal.ema(np.array(["a", "b"]), 0.5)
     with pytest.raises(TypeError, match="`axis` must be an integer; got True"):
