@@ -1,6 +1,6 @@
 """The one reference: a float64 (complex128) serial loop, and its error scale; and for
 filters whose float64 results (SciPy's among them) are themselves inexact, their direct
-form in extended precision."""
+form in extended precision; and a denominator's roots to many digits."""
 
 from __future__ import annotations
 
@@ -70,6 +70,21 @@ def direct_form_extended(b, a, x) -> np.ndarray:
         state[:-1] = (np.multiply.outer(b[1:], x[..., t]) + state[1:]
                       - np.multiply.outer(a[1:], y[..., t]))
     return y.astype(np.float64)
+
+
+def roots_exact(a, digits: int = 80) -> list[complex]:
+    """The roots of the polynomial ``a`` (highest power first), real or complex, computed with
+    ``digits`` decimal digits (mpmath) and rounded once."""
+    import mpmath
+
+    context = mpmath.mp.clone()
+    context.dps = digits
+    coefficients = [context.mpc(complex(c)) for c in a]
+    try:
+        found = context.polyroots(coefficients[::-1], maxsteps=500, extraprec=400, asc=True)
+    except TypeError:  # mpmath before 1.4 takes the highest power first, and only so
+        found = context.polyroots(coefficients, maxsteps=500, extraprec=400)
+    return [complex(z) for z in found]
 
 
 def gustafsson_exact(b, a, x, digits: int = 40) -> np.ndarray:

@@ -163,17 +163,14 @@ def test_layouts_beyond_four_channel_dimensions_copy_inputs_only():
     assert x.array is four
 
 
+@pytest.mark.parametrize("backend", ["host-kernels"], indirect=True)
 @pytest.mark.parametrize("reverse", [False, True])
-def test_states_beyond_four_channel_dimensions_are_inputs(monkeypatch, reverse):
+def test_states_beyond_four_channel_dimensions_are_inputs(backend, reverse):
     """A state laid out in five channel dimensions that do not merge is copied with the
     other inputs, forward and backward; the outputs, reversed views where ``reverse``, are
     written in place."""
-    from tests import kernel_host, reference
+    from tests import reference
 
-    launcher = kernel_host.HostKernels(kernel_host.build())
-    backend = KernelBackend(np, launcher)
-    monkeypatch.setattr(cuscan._numpy_backend, "forward", backend.forward)
-    monkeypatch.setattr(cuscan._numpy_backend, "backward", backend.backward)
     rng = np.random.default_rng(9)
     order = (0, 5, 4, 3, 2, 1)
     decays, impulses, weights = (rng.uniform(-1, 1, (7, 2, 3, 2, 3, 2)).transpose(order)
@@ -185,15 +182,15 @@ def test_states_beyond_four_channel_dimensions_are_inputs(monkeypatch, reverse):
         atol=1e-12)
     grads = cuscan.linear_recurrence_vjp(weights, decays, h, state, reverse=reverse)
     step = 1e-6  # the loss is affine in any one element: difference quotients are exact
-    for index in [(0, 0, 0, 0, 0), (1, 2, 1, 2, 1), (1, 0, 1, 2, 0)]:
+    for channel in [(0, 0, 0, 0, 0), (1, 2, 1, 2, 1), (1, 0, 1, 2, 0)]:
         for k, operand in enumerate((decays, impulses, state)):
+            index = (3,) * (operand.ndim - 5) + channel  # at step 3, but for the state
             moved = [decays, impulses, state]
             moved[k] = operand.copy()
-            moved[k][(3,) * (operand.ndim - 5) + index] += step
+            moved[k][index] += step
             change = np.sum(weights * (
                 reference.linear_recurrence(*moved, reverse=reverse) - h))
-            np.testing.assert_allclose(grads[k][(3,) * (operand.ndim - 5) + index],
-                                       change / step, rtol=1e-6)
+            np.testing.assert_allclose(grads[k][index], change / step, rtol=1e-6)
 
 
 def test_host_kernels_run_the_chunked_plan(monkeypatch):

@@ -14,7 +14,13 @@ import pytest
 from cuscan import signal
 from cuscan.signal import _chunks, _filters, _filtfilt, _poles, _stream
 from tests.conftest import require
-from tests.reference import EXTENDED, direct_form_extended, gustafsson_exact, relative_error
+from tests.reference import (
+    EXTENDED,
+    direct_form_extended,
+    gustafsson_exact,
+    relative_error,
+    roots_exact,
+)
 
 ss = require("scipy.signal")
 
@@ -1622,14 +1628,8 @@ def test_lfilter_nearly_repeated_poles(backend, poles):
 def test_poles_correctly_rounded(a):
     """The poles are the roots of `a` itself, real or complex, rounded once (against 80
     digits): np.roots' are off by up to 9% of their magnitude on these clusters."""
-    mpmath = pytest.importorskip("mpmath")
-    coefficients = [mpmath.mpc(complex(c)) for c in a]
-    with mpmath.workdps(80):
-        try:
-            found = mpmath.polyroots(coefficients[::-1], maxsteps=500, extraprec=400, asc=True)
-        except TypeError:  # mpmath before 1.4 takes the highest power first, and only so
-            found = mpmath.polyroots(coefficients, maxsteps=500, extraprec=400)
-    exact = [complex(z) for z in found]
+    pytest.importorskip("mpmath")
+    exact = roots_exact(a)
     roots = list(_poles._roots(a))
     assert len(roots) == len(exact)
     for root in exact:
