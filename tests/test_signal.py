@@ -452,6 +452,28 @@ def test_chunks_short_signals(chunk_runs):
             <= 1e-12, length
 
 
+def test_chunks_take_float64_numpy_arrays():
+    """The chunks and the short signals' products take float64 NumPy arrays alone (the
+    filters cast signals to float64 first); `_chunks.pairs` views a complex128 array's
+    parts in any layout and returns anything else as it is."""
+    rng = np.random.default_rng(39)
+    x = rng.standard_normal((2, 40))
+    assert _chunks.applies(x, 1, order=4)
+    assert _chunks.short(x[:, :10], 1, order=4)
+    for other in (x.astype(np.float32), x.astype(np.complex128)):
+        assert not _chunks.applies(other, 1, order=4)
+        assert not _chunks.short(other[:, :10], 1, order=4)
+    assert not _chunks.applies(x.tolist(), 1, order=4)
+    assert not _chunks.short(x[:, :10].tolist(), 1, order=4)
+    for other in (x, x.astype(np.complex64), [1j]):
+        assert _chunks.pairs(other) is other
+    z = np.flip(rng.standard_normal((3, 8)) + 1j * rng.standard_normal((3, 8)), 1)[:, ::3]
+    parts = _chunks.pairs(z)
+    np.testing.assert_array_equal(parts, np.stack([z.real, z.imag], axis=-1))
+    parts[1, 2] = 5, 7  # a view
+    assert z[1, 2] == 5 + 7j
+
+
 def test_direct_products(monkeypatch, chunk_runs):
     """Once a filter has run twice on a short length, it is one product with its matrices
     for that length (the chunks' steps and the recurrences would fail): `lfilter` with zi
@@ -1143,18 +1165,9 @@ def test_complex_signals_in_chunks(chunk_runs, monkeypatch):
     (either method) and `sosfiltfilt`, along any axis and on reversed views, as SciPy
     gives them; complex64 signals computed in double precision and rounded once. Short
     blocks of a stream, called again and again, are one product with the filter's
-    matrices, and agree too (no stream keeps their run: a stream's takes real arrays).
-    `_chunks.pairs` views a complex128 array's parts in any layout, and returns anything
-    else as it is."""
+    matrices, and agree too (no stream keeps their run: a stream's takes real arrays)."""
     ran = chunk_runs
     rng = np.random.default_rng(38)
-    for other in (np.ones(3), np.ones(3, np.complex64), np.ones(3, np.float32), [1j]):
-        assert _chunks.pairs(other) is other
-    z = np.flip(rng.standard_normal((3, 8)) + 1j * rng.standard_normal((3, 8)), 1)[:, ::3]
-    parts = _chunks.pairs(z)
-    np.testing.assert_array_equal(parts, np.stack([z.real, z.imag], axis=-1))
-    parts[1, 2] = 5, 7  # a view
-    assert z[1, 2] == 5 + 7j
     b, a = ss.cheby1(4, 1, 0.1)
     sos = ss.butter(6, 0.15, output="sos")
     for shape, axis in (((1031,), 0), ((3, 1031), -1), ((2, 257, 3), 1), ((257, 4), 0)):
