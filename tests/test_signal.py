@@ -606,12 +606,18 @@ def test_products_of_few_rows():
     """`_chunks.times` gives ``v @ matrix`` in C order in each of its forms: one row, a
     matrix-vector product per row, the transposed product, and the plain one beyond
     _FEW_ROWS rows or below _FEW_ROWS_SIDE; for C-ordered matrices, transposed ones and
-    row slices, real and complex."""
+    row slices, real and complex. Each form gives its own rounding: the one taken gives
+    its bits."""
     rng = np.random.default_rng(36)
     side = _chunks._FEW_ROWS_SIDE
+    forms = {"plain": lambda v, matrix: v @ matrix,
+             "vector": lambda v, matrix: np.matmul(v[:, None, :], matrix)[:, 0],
+             "transposed": lambda v, matrix: (matrix.T @ v.T).T}
     for rows in (1, 2, _chunks._VECTOR_ROWS, _chunks._VECTOR_ROWS + 1, 17, _chunks._FEW_ROWS,
                  _chunks._FEW_ROWS + 1):
         for n, m in ((side - 1, side + 5), (side, side), (side + 9, side + 3)):
+            form = ("plain" if rows in (1, _chunks._FEW_ROWS + 1) or n < side
+                    else "vector" if rows <= _chunks._VECTOR_ROWS else "transposed")
             stored = rng.standard_normal((n + 4, m)) + 1j * rng.standard_normal((n + 4, m))
             for matrix in (stored.real[4:], stored.real[:n].T, stored[4:]):
                 v = rng.standard_normal((rows, matrix.shape[0]))
@@ -620,6 +626,7 @@ def test_products_of_few_rows():
                 assert got.flags.c_contiguous, (rows, n, m)
                 assert got.dtype == want.dtype, (rows, n, m)
                 assert relative_error(got, want) <= 1e-14, (rows, n, m)
+                np.testing.assert_array_equal(got, forms[form](v, matrix), str((rows, n, m)))
 
 
 def test_zero_phase_products(monkeypatch):
