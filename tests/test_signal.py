@@ -190,13 +190,21 @@ def test_chunk_solver(monkeypatch):
                         assert relative_error(got, want) <= 1e-12, (name, rows, chunks)
 
 
-def test_sosfilt_chunks(chunk_runs):
+def test_sosfilt_chunks(monkeypatch, chunk_runs):
     """The NumPy path that runs the whole cascade in chunks as matrix products: every
     standard design and band against SciPy, with and without zi (and zf), lengths the
     chunks do not divide, any axis, reversed views, the one-section chunk length, results
-    formed a few chunks at a time; non-finite samples fall back to the sections'
-    recurrences, which carry them forward as SciPy does."""
+    formed a few chunks at a time (`sosfiltfilt`'s two passes straight through them);
+    non-finite samples fall back to the sections' recurrences, which carry them forward as
+    SciPy does."""
     ran = chunk_runs
+    straight, passes_in_chunks = [], _filtfilt._passes_in_chunks
+
+    def passes(*args):
+        straight.append(passes_in_chunks(*args))
+        return straight[-1]
+
+    monkeypatch.setattr(_filtfilt, "_passes_in_chunks", passes)
     rng = np.random.default_rng(16)
     x = rng.standard_normal((2, 1000))
     for design in DESIGNS.values():
@@ -219,12 +227,14 @@ def test_sosfilt_chunks(chunk_runs):
             x = rng.standard_normal(shape)
             x = np.flip(x, axis) if flip else x
             ran.clear()
+            straight.clear()
             for result, want in ((signal.sosfilt(sos, x, axis=axis),
                                   ss.sosfilt(sos, x, axis=axis)),
                                  (signal.sosfiltfilt(sos, x, axis=axis),
                                   ss.sosfiltfilt(sos, x, axis=axis))):
                 assert relative_error(result, want) <= 1e-12, (shape, axis)
             assert ran == [True] * 3, (shape, ran)
+            assert [y is not None for y in straight] == [True], shape
     one = ss.butter(2, 0.01, output="sos")  # one section: the shorter chunks
     # (the last: 65 time-major channels, not adjacent, would be copied to adjacent samples)
     for shape, axis, runs in (((1000,), 0, True), ((300, 64), 0, True), ((300, 65), 0, True),
