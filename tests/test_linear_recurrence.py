@@ -366,6 +366,33 @@ def test_matches_across_methods(backend, method):
                                rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_numpy_serial_is_the_loop(dtype, axis, reverse):
+    """The NumPy backend's ``method="serial"`` is the recurrence taken step by step in the
+    dtype its arithmetic runs in (`_dtypes.accumulator`), from the initial state, rounded
+    once to the result's dtype: bit for bit, on scans long enough for the parallel
+    methods (which round otherwise) to be taken where the method is not heeded. (Real
+    dtypes: NumPy's complex product rounds by its operands' strides, within an ulp.)"""
+    from cuscan import _dtypes
+
+    rng = np.random.default_rng(40)
+    dtype = dtype_of(dtype)
+    shape = [3, 5]
+    shape.insert(axis, 4099)
+    decays, impulses = make(rng, shape, dtype), make(rng, shape, dtype, -1.0)
+    state = make(rng, [n for k, n in enumerate(shape) if k != axis], dtype, -1.0)
+    result = cuscan.linear_recurrence(decays, impulses, state, axis=axis, reverse=reverse,
+                                      method="serial")
+    acc = _dtypes.accumulator(dtype)
+    a, x = (np.moveaxis(v, axis, 0).astype(acc) for v in (decays, impulses))
+    h, expected = state.astype(acc), np.empty(x.shape, acc)
+    for t in range(len(x))[::-1] if reverse else range(len(x)):
+        h = expected[t] = a[t] * h + x[t]
+    np.testing.assert_array_equal(result, np.moveaxis(expected, 0, axis).astype(dtype))
+
+
 @pytest.mark.parametrize("dtype", ["bool", "int8", "int32", "int64", "uint16"])
 def test_integer_inputs_promote_to_float64(backend, dtype):
     decays = np.ones((9, 2), dtype)
