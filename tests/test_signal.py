@@ -2301,10 +2301,9 @@ def test_filtfilt_gust_long_signal(backend):
 @pytest.mark.parametrize(("b", "a"), GUST_FILTERS)
 def test_filtfilt_gust_matches_scipy(backend, b, a):
     """Lengths from 1 (fewer samples than states) up, with the whole signal fitted and
-    with the impulse response cut at irlen (fitted at both ends, or whole when at most 2 irlen
-    long); a
-    channel holding an infinity or NaN (SciPy's fit raises) is not finite where it reaches,
-    and the other is SciPy's alone."""
+    with the impulse response cut at irlen (fitted at both ends, or whole when at most
+    2 irlen long, as SciPy); a channel holding an infinity or NaN (SciPy's fit raises) is
+    not finite where it reaches, and the other is SciPy's alone."""
     rng = np.random.default_rng(24)
     for length, irlen in [(1, None), (2, None), (3, None), (7, None), (257, None), (257, 1),
                           (257, 3), (257, 20), (257, 128), (257, 129), (256, 128), (1000, 300)]:
