@@ -7,27 +7,30 @@ from __future__ import annotations
 import numpy as np
 
 
-def _wide(value) -> np.ndarray:
+def _wide(value, dtype=None) -> np.ndarray:
     array = np.asarray(value)
+    if dtype is not None:
+        return array.astype(dtype)
     return array.astype(np.complex128 if array.dtype.kind == "c" else np.float64)
 
 
 @np.errstate(all="ignore")
-def linear_recurrence(decays, impulses, initial_state=None, *, axis=0, reverse=False):
+def linear_recurrence(decays, impulses, initial_state=None, *, axis=0, reverse=False,
+                      dtype=None):
     """``h[t] = decays[t] * h[t-1] + impulses[t]``, one step at a time, in float64.
 
     The state starts at ``initial_state`` (zero when None) and is multiplied,
     never skipped, so NaN and infinity propagate as IEEE arithmetic dictates.
+    With ``dtype``, the operands are cast to it and every step is rounded in it.
     """
-    decays, impulses = _wide(decays), _wide(impulses)
+    decays, impulses = _wide(decays, dtype), _wide(impulses, dtype)
     shape = np.broadcast_shapes(decays.shape, impulses.shape)
     decays = np.moveaxis(np.broadcast_to(decays, shape), axis, 0)
     impulses = np.moveaxis(np.broadcast_to(impulses, shape), axis, 0)
-    dtype = np.result_type(decays, impulses)
-    h = np.zeros(impulses.shape[1:], dtype)
+    h = np.zeros(impulses.shape[1:], np.result_type(decays, impulses))
     if initial_state is not None:
-        h = h + _wide(initial_state)
-    out = np.empty(impulses.shape, np.result_type(h, dtype))
+        h = h + _wide(initial_state, dtype)
+    out = np.empty(impulses.shape, h.dtype)
     steps = range(out.shape[0])
     for t in reversed(steps) if reverse else steps:
         h = decays[t] * h + impulses[t]

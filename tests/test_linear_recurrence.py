@@ -385,12 +385,9 @@ def test_numpy_serial_is_the_loop(dtype, axis, reverse):
     state = make(rng, [n for k, n in enumerate(shape) if k != axis], dtype, -1.0)
     result = cuscan.linear_recurrence(decays, impulses, state, axis=axis, reverse=reverse,
                                       method="serial")
-    acc = _dtypes.accumulator(dtype)
-    a, x = (np.moveaxis(v, axis, 0).astype(acc) for v in (decays, impulses))
-    h, expected = state.astype(acc), np.empty(x.shape, acc)
-    for t in range(len(x))[::-1] if reverse else range(len(x)):
-        h = expected[t] = a[t] * h + x[t]
-    np.testing.assert_array_equal(result, np.moveaxis(expected, 0, axis).astype(dtype))
+    expected = reference.linear_recurrence(decays, impulses, state, axis=axis, reverse=reverse,
+                                           dtype=_dtypes.accumulator(dtype))
+    np.testing.assert_array_equal(result, expected.astype(dtype))
 
 
 @pytest.mark.parametrize("dtype", ["bool", "int8", "int32", "int64", "uint16"])
