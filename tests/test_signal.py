@@ -283,9 +283,9 @@ def test_time_major_chunks(monkeypatch, chunk_runs):
     `sosfiltfilt`, on (T, C) along axis 0, (B, T, C) along axis 1 and channels over two
     axes, forward and reversed in time, in segments of time, the chunk-level recurrences
     as products and by `linear_recurrence`, against SciPy; the cascade backward in time
-    (`_OnHost`'s transposed map) against the flipped signal's; a non-finite sample falls
-    back to the recurrences; fewer channels, or channels not adjacent, are copied to
-    adjacent samples instead."""
+    (`_OnHost`'s transposed map) against the flipped signal's; a non-finite sample, in a
+    chunk or after the last whole one, falls back to the recurrences; fewer channels, or
+    channels not adjacent, are copied to adjacent samples instead."""
     ran = chunk_runs
     columns = views_taken(monkeypatch, "_in_columns", 1)
     rng = np.random.default_rng(43)
@@ -330,11 +330,13 @@ def test_time_major_chunks(monkeypatch, chunk_runs):
     assert y is out
     assert relative_error(y, want[::-1]) <= 1e-12
     assert relative_error(zf, want_zf) <= 1e-12
-    x[150, 3] = np.nan
-    ran.clear()
-    y = signal.sosfilt(sos, x, axis=0)
-    assert ran == [False]
-    np.testing.assert_array_equal(np.isfinite(y), np.isfinite(ss.sosfilt(sos, x, axis=0)))
+    for where in (150, -1):  # in a chunk, and in the samples after the last whole chunk
+        x = rng.standard_normal((300, 32))
+        x[where, 3] = np.nan
+        ran.clear()
+        y = signal.sosfilt(sos, x, axis=0)
+        assert ran == [False]
+        np.testing.assert_array_equal(np.isfinite(y), np.isfinite(ss.sosfilt(sos, x, axis=0)))
     monkeypatch.setattr(_chunks, "_MIN_COLUMNS", 24)  # read on each call
     for x in (rng.standard_normal((300, 23)), rng.standard_normal((300, 60))[:, ::2],
               rng.standard_normal((300, 64))):
