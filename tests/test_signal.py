@@ -1956,6 +1956,17 @@ def test_errors():
         signal.sosfilt([[1, 0, 0, 0, 0, 0]], np.ones(10))
     with pytest.raises(ValueError, match=r"`a\[0\]` must be non-zero"):
         signal.lfilter([1.0], [0.0, 1.0], np.ones(10))
+    for b, a, shapes in (([], [1.0], r"\(0,\) and \(1,\)"), ([1.0], [], r"\(1,\) and \(0,\)"),
+                         ([[1.0, 0.5]], [1.0], r"\(1, 2\) and \(1,\)"),
+                         ([1.0], [[1.0, -0.5]], r"\(1,\) and \(1, 2\)")):
+        message = f"`b` and `a` must be non-empty 1-D; got shapes {shapes}$"
+        for function, rest, options in ((signal.lfilter, (np.ones(10),), {}),
+                                        (signal.filtfilt, (np.ones(10),), {}),
+                                        (signal.filtfilt, (np.ones(10),), {"method": "gust"}),
+                                        (signal.lfilter_zi, (), {}),
+                                        (signal.lfiltic, ([1.0],), {})):
+            with pytest.raises(ValueError, match=message):
+                function(b, a, *rest, **options)
     with pytest.raises(ValueError, match=r"`zi` must have shape \(3, 3\)"):
         signal.lfilter([1.0], [1.0, 0.5, 0.2, 0.1], np.ones((3, 10)), zi=np.zeros((3, 2)))
     with pytest.raises(ValueError, match=r"`zi` must have shape \(1, 2\)"):
