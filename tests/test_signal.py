@@ -3128,8 +3128,8 @@ def test_framework_zero_phase(framework):
 def test_tensorflow_unknown_sizes():
     """Inside tf.function, signals (and states and alphas) of unknown sizes, as Keras' batch
     and time: the values and gradients, first and second order, of eager calls, the results'
-    static shapes known where the inputs' are, and a Keras model trained and run on batches
-    of any size."""
+    static shapes known where the inputs' are, the errors of eager calls, and a Keras model
+    trained and run on batches of any size."""
     tf = require("tensorflow")
     rng = np.random.default_rng(43)
     x, zi = rng.standard_normal((4, 3, 50)), rng.standard_normal((4, 3, 3))
@@ -3220,6 +3220,13 @@ def test_tensorflow_unknown_sizes():
             np.testing.assert_allclose(result.numpy(), expected.numpy(), rtol=1e-12,
                                        atol=1e-12)
         assert graph.get_concrete_function().structured_outputs[1].shape.as_list() == zf_shape
+    # an axis that is not an integer, where zi's shape is learnt from it: the eager call's error
+    for function, state in ((lambda v, z: signal.lfilter(b, a, v, axis=1.0, zi=z), zi),
+                            (lambda v, z: signal.sosfilt(sos, v, axis=1.0, zi=z), sections_zi)):
+        with pytest.raises(TypeError, match=r"`axis` must be an integer; got 1\.0"):
+            tf.function(function, input_signature=[
+                tf.TensorSpec([None, 3, 50], tf.float64),
+                tf.TensorSpec([None] * state.ndim, tf.float64)])(x, state)
     with pytest.raises(ValueError, match=r"needs the rank of `zi` inside tf\.function"):
         tf.function(lfilter, input_signature=[tf.TensorSpec([None, 3, 50], tf.float64),
                                               tf.TensorSpec(None, tf.float64)])(x, zi)
