@@ -350,9 +350,11 @@ def constant(name: str, value) -> np.ndarray:
     differentiates, such as cuscan.signal's filter coefficients: inside `tf.function` those
     TensorFlow knows when tracing (`tf.get_static_value`). Refused where a tape or a forward
     accumulator follows it, whose derivatives would be lost, or where its values are not
-    known until the function runs."""
+    known until the function runs, or where they are not numbers cuscan takes."""
     check(name, value)
     tensor = tf.convert_to_tensor(value)  # a variable read where a watching tape sees it
+    if not _numeric(tensor.dtype):  # quantized: their stored integers are not their values
+        raise _dtypes.unsupported(name, tensor.dtype.name)
     if _recording() and (_tangents([tensor]) or _watched(tensor)):
         raise TypeError(f"`{name}` is watched by a GradientTape or ForwardAccumulator, but "
                         "filter coefficients are constants to cuscan.signal: pass "

@@ -3431,6 +3431,8 @@ def test_torch_tensors_cuscan_cannot_compute_on_are_refused():
 
 
 def test_tensorflow_tensors_cuscan_cannot_compute_on_are_refused():
+    """Sparse, ragged, quantized and string tensors, as signals, coefficients, states or
+    alphas: a TypeError naming the argument."""
     tf = require("tensorflow")
     sos, x = ss.butter(4, 0.1, output="sos"), tf.ones((3, 300))
     with pytest.raises(TypeError, match=r"`x` is a SparseTensor; cuscan needs dense tensors "
@@ -3440,6 +3442,25 @@ def test_tensorflow_tensors_cuscan_cannot_compute_on_are_refused():
         signal.lfilter(tf.ragged.constant([[1.0], [1.0, 2.0]]), [1.0], x)
     with pytest.raises(TypeError, match="`zi` is a SparseTensor"):
         signal.sosfilt(sos, x, zi=tf.sparse.from_dense(tf.zeros((2, 3, 2))))
+
+    def quantized(values, dtype=tf.qint8):
+        return tf.quantization.quantize(tf.constant(values, tf.float32), -2.0, 2.0, dtype).output
+
+    # Quantized tensors store integers that are not their values: refused as the core refuses
+    # them, coefficients too (whose values cuscan.signal reads on the host).
+    for name, call in (("x", lambda: signal.sosfilt(sos, quantized(np.ones((3, 300))))),
+                       ("zi", lambda: signal.sosfilt(sos, x, zi=quantized(np.zeros((2, 3, 2))))),
+                       ("alpha", lambda: signal.ema(x, quantized(np.full((3, 1), 0.3),
+                                                                 tf.quint8))),
+                       ("sos", lambda: signal.sosfilt(quantized(sos), x)),
+                       ("b", lambda: signal.lfilter(quantized([1.0]), [1.0, -0.5], x)),
+                       ("a", lambda: signal.filtfilt([1.0], quantized([1.0, -0.5]), x))):
+        dtype = "quint8" if name == "alpha" else "qint8"
+        with pytest.raises(TypeError, match=f"`{name}` has dtype {dtype}, which cuscan does not "
+                                            f"support"):
+            call()
+    with pytest.raises(TypeError, match="`x` must hold numbers; got dtype <dtype: 'string'>"):
+        signal.lfilter([1.0], [1.0, -0.5], tf.constant([["a", "b"]]))
 
 
 def test_jax_random_keys_are_refused():

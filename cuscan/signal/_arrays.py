@@ -451,6 +451,8 @@ class _TensorFlow(_Arrays):
 
     def dense(self, value, name: str):
         self._adapter.check(name, value)  # sparse and ragged tensors
+        if isinstance(value, self.tf.Tensor) and value.dtype.is_quantized:
+            raise unsupported(name, value.dtype.name)  # as the core says
         return value
 
     def on_host(self, x) -> bool:
