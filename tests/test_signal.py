@@ -3430,6 +3430,34 @@ def test_torch_tensors_cuscan_cannot_compute_on_are_refused():
                                                  torch.qint8), x)
 
 
+def test_torch_lazy_conjugates_and_negations():
+    """torch's lazy conjugate and negative views (``z.conj()``, ``z.conj().imag``, which
+    NumPy cannot view) as signals, states and alphas: every filter gives the values the
+    views show, as SciPy and pandas do."""
+    torch = require("torch")
+    rng = np.random.default_rng(47)
+    sos, (b, a) = ss.butter(4, 0.1, output="sos"), ss.cheby1(3, 1, 0.2)
+    z = torch.tensor(rng.standard_normal((3, 300)) + 1j * rng.standard_normal((3, 300)))
+    states = torch.tensor(rng.standard_normal((2, 3, 2)) + 1j * rng.standard_normal((2, 3, 2)))
+    rates = torch.tensor(rng.uniform(0.1, 0.9, (3, 1)) * -1j).conj().imag  # alphas are real
+    assert rates.is_neg()
+    for lazy in (lambda v: v.conj(), lambda v: v.conj().imag):
+        x, zi = lazy(z), lazy(states)
+        assert x.is_conj() or x.is_neg()
+        shown = [v.resolve_conj().resolve_neg().numpy() for v in (x, zi, rates)]
+        for got, want in (
+                (signal.sosfilt(sos, x), ss.sosfilt(sos, shown[0])),
+                (signal.sosfilt(sos, x, zi=zi)[0], ss.sosfilt(sos, shown[0], zi=shown[1])[0]),
+                (signal.lfilter(b, a, x), ss.lfilter(b, a, shown[0])),
+                (signal.filtfilt(b, a, x), ss.filtfilt(b, a, shown[0])),
+                (signal.filtfilt(b, a, x, method="gust"),
+                 ss.filtfilt(b, a, shown[0], method="gust")),
+                (signal.sosfiltfilt(sos, x), ss.sosfiltfilt(sos, shown[0])),
+                (signal.ema(x, rates),
+                 signal.ema(torch.as_tensor(shown[0]), torch.as_tensor(shown[2])).numpy())):
+            assert relative_error(got.resolve_conj().resolve_neg().numpy(), want) <= 1e-12
+
+
 def test_tensorflow_tensors_cuscan_cannot_compute_on_are_refused():
     """Sparse, ragged, quantized and string tensors, as signals, coefficients, states or
     alphas: a TypeError naming the argument."""

@@ -346,7 +346,9 @@ class _Torch(_Arrays):
         return True
 
     def host(self, x) -> np.ndarray:
-        return x.detach().cpu().numpy()
+        # Lazy conjugates and negations (``z.conj()``, ``z.conj().imag``) resolved: NumPy
+        # cannot view them.
+        return x.detach().cpu().resolve_conj().resolve_neg().numpy()
 
 
 class _Jax(_Arrays):
