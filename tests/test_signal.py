@@ -2558,7 +2558,8 @@ def framework(request):
 
 
 def test_framework_tensors_match_scipy(framework):
-    """Tensors in, the same framework's tensors out, with SciPy's values and dtypes."""
+    """Tensors in, the same framework's tensors out, with SciPy's values and dtypes (integer
+    and bool signals filtered in double precision)."""
     pandas = require("pandas")
     rng = np.random.default_rng(9)
     x = rng.standard_normal((3, 500))
@@ -2579,6 +2580,14 @@ def test_framework_tensors_match_scipy(framework):
     single = signal.sosfilt(sos, framework.tensor(x.astype(np.float32)))
     assert framework.array(single).dtype == np.float32
     assert relative_error(framework.array(single), ss.sosfilt(sos, x)) < BOUND[np.float32]
+    for values in (np.round(100 * x).astype(np.int16), np.round(100 * x).astype(np.int64),
+                   np.round(100 * abs(x)).astype(np.uint8), x > 0):  # in double precision
+        for got, expected in ((signal.sosfilt(sos, framework.tensor(values)),
+                               ss.sosfilt(sos, values)),
+                              (signal.lfilter(b, a, framework.tensor(values)),
+                               ss.lfilter(b, a, values.astype(np.float64)))):
+            assert framework.array(got).dtype == np.float64
+            assert relative_error(framework.array(got), expected) < BOUND[np.float64]
     alpha = np.array([0.1, 0.5, 0.9])
     complex_ = x + 1j * x[::-1]
     for given in (0.1, framework.tensor(alpha)):
