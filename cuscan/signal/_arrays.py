@@ -346,9 +346,7 @@ class _Torch(_Arrays):
         return True
 
     def host(self, x) -> np.ndarray:
-        # Lazy conjugates and negations (``z.conj()``, ``z.conj().imag``) resolved: NumPy
-        # cannot view them.
-        return x.detach().cpu().resolve_conj().resolve_neg().numpy()
+        return self._adapter.to_array(x.detach().cpu())  # lazy conjugates resolved
 
 
 class _Jax(_Arrays):
