@@ -224,10 +224,11 @@ def test_real_operands_of_a_complex_recurrence(device):
 
 
 @pytest.mark.parametrize("channels", [(2,), ()])
-@pytest.mark.parametrize("length", [1, 2, 17])
+@pytest.mark.parametrize("length", [0, 1, 2, 17])
 def test_higher_order_short_sequences(device, length, channels):
-    """Second derivatives, also of one channel with a 0-d state, which the differentiable
-    gradient expands to the shape of a step without channels."""
+    """Second derivatives and forward mode, also of one channel with a 0-d state, which the
+    differentiable gradient expands to the shape of a step without channels, and of no
+    steps at all."""
     generator = torch.Generator().manual_seed(3)
     decays = torch.rand(length, *channels, generator=generator, dtype=torch.float64)
     impulses = torch.randn(length, *channels, generator=generator, dtype=torch.float64)
@@ -697,6 +698,7 @@ def test_mixed_dtypes_follow_torch_promotion(device, first, second):
     (torch.float64, torch.float16, torch.float16), (torch.float32, torch.bfloat16, torch.bfloat16),
     (torch.float64, torch.int32, torch.float64), (torch.complex128, torch.float32, torch.complex64),
     (torch.int64, torch.float16, torch.float16), (torch.complex64, torch.float64, torch.complex128),
+    (torch.float32, torch.int32, torch.float32), (torch.bfloat16, torch.bool, torch.bfloat16),
 ])
 def test_zero_dim_tensors_promote_as_in_torch(device, decays, impulses, expected):
     """A 0-d tensor (a decay made with torch.tensor(0.9), say) changes the dtype of tensors
