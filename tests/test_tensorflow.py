@@ -115,7 +115,7 @@ def test_tf_function_with_unknown_dimensions():
     assert h.shape == (5, 3)
     np.testing.assert_allclose(h.numpy(), reference.linear_recurrence(
         0.5, np.ones((5, 3)), reverse=True), rtol=1e-6)
-    with pytest.raises(ValueError, match="known rank"):
+    with pytest.raises(ValueError, match="cuscan needs tensors of known rank"):
         tf.function(lambda x: cuscan.linear_recurrence(0.5, x),
                     input_signature=[tf.TensorSpec(None, tf.float32)]).get_concrete_function()
 
