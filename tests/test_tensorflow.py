@@ -107,7 +107,16 @@ def test_variables_and_tf_function():
                                rtol=1e-6)
 
 
+def _gradients(decays, impulses):
+    with tf.GradientTape() as tape:
+        tape.watch([decays, impulses])
+        loss = tf.reduce_sum(cuscan.linear_recurrence(decays, impulses) ** 2)
+    return tape.gradient(loss, [decays, impulses])
+
+
 def test_tf_function_with_unknown_dimensions():
+    """Shapes with unknown sizes, also for gradients summed over a broadcast decay whose
+    size, 1 or the channels', is known only when the function runs."""
     function = tf.function(lambda a, x: cuscan.linear_recurrence(a, x, reverse=True),
                            input_signature=[tf.TensorSpec([None], tf.float32),
                                             tf.TensorSpec([None, None], tf.float32)])
@@ -115,6 +124,14 @@ def test_tf_function_with_unknown_dimensions():
     assert h.shape == (5, 3)
     np.testing.assert_allclose(h.numpy(), reference.linear_recurrence(
         0.5, np.ones((5, 3)), reverse=True), rtol=1e-6)
+    x = tf.constant(np.random.default_rng(6).standard_normal((5, 3)))
+    for impulses in ([None, None], [5, 3]):
+        gradients = tf.function(_gradients, input_signature=[
+            tf.TensorSpec([None], tf.float64), tf.TensorSpec(impulses, tf.float64)])
+        for a in (tf.constant([0.5, 0.9, -0.3], tf.float64), tf.constant([0.7], tf.float64)):
+            for got, expected in zip(gradients(a, x), _gradients(a, x), strict=True):
+                assert got.shape == expected.shape
+                np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-12)
     with pytest.raises(ValueError, match="cuscan needs tensors of known rank"):
         tf.function(lambda x: cuscan.linear_recurrence(0.5, x),
                     input_signature=[tf.TensorSpec(None, tf.float32)]).get_concrete_function()
