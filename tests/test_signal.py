@@ -3779,6 +3779,21 @@ def test_tensorflow_coefficients_are_constants():
         signal.lfilter(b, denominator, x)
     inside = tf.function(lambda x: signal.lfilter(tf.constant(b), tf.constant(a), x))
     np.testing.assert_allclose(inside(x), want, rtol=1e-12, atol=1e-12)
+    # every argument a tensor and the signal's sizes unknown: as with NumPy coefficients
+    sos = ss.butter(4, 0.1, output="sos")
+    signals = np.random.default_rng(43).standard_normal((3, 50))
+    for call, expected in (
+            (lambda v: signal.lfilter(tf.constant(b), tf.constant(a), v),
+             ss.lfilter(b, a, signals)),
+            (lambda v: signal.sosfilt(tf.constant(sos), v), ss.sosfilt(sos, signals)),
+            (lambda v: signal.filtfilt(tf.constant(b), tf.constant(a), v),
+             ss.filtfilt(b, a, signals)),
+            (lambda v: signal.sosfiltfilt(tf.constant(sos), v), ss.sosfiltfilt(sos, signals))):
+        graph = tf.function(call, input_signature=[tf.TensorSpec([None, None], tf.float64)])
+        np.testing.assert_allclose(graph(signals), expected, rtol=1e-10, atol=1e-12)
+        with pytest.raises(ValueError, match=r"compiled by XLA .* the signal's length must be"):
+            tf.function(call, jit_compile=True,
+                        input_signature=[tf.TensorSpec([3, None], tf.float64)])(signals)
     for function, words in ((tf.function(lambda b: signal.lfilter(b, a, x)), "has no values"),
                             (tf.function(lambda: signal.lfilter(variable, a, x)), "is a variable")):
         with pytest.raises(TypeError, match=f"`b` {words}"):
