@@ -3288,6 +3288,28 @@ def test_tensorflow_unknown_sizes():
                                    model(data).numpy(), rtol=1e-5, atol=1e-6)
 
 
+def test_tensorflow_unknown_sizes_beside_sizes_of_one():
+    """Inside tf.function, a size of one beside unknown sizes stays known in the result's
+    static shape; under XLA, an axis along an unknown size is refused as an unknown length,
+    and one out of range or not an integer gets the eager call's error."""
+    tf = require("tensorflow")
+    b, a = ss.butter(2, 0.2)
+    x = np.random.default_rng(44).standard_normal((4, 1, 50))
+    for shape in ([None, 1, 50], [4, 1, None], [None, 1, None]):
+        graph = tf.function(lambda v: signal.lfilter(b, a, v),
+                            input_signature=[tf.TensorSpec(shape, tf.float64)])
+        assert graph.get_concrete_function().structured_outputs.shape.as_list() == shape
+        np.testing.assert_allclose(graph(x), ss.lfilter(b, a, x), rtol=1e-12, atol=1e-12)
+    for axis, message in ((-3, r"compiled by XLA .* the signal's length must be known"),
+                          (3, "axis 3 is out of bounds for array of dimension 3"),
+                          (1.0, r"`axis` must be an integer; got 1\.0")):
+        spec = [tf.TensorSpec([None, 1, 50], tf.float64)]
+        graph = tf.function(lambda v, axis=axis: signal.lfilter(b, a, v, axis=axis),
+                            jit_compile=True, input_signature=spec)
+        with pytest.raises(Exception, match=message):  # TensorFlow re-raises AxisError wrapped
+            graph(x)
+
+
 def test_tensorflow_gradient_logs_no_cast_warning(monkeypatch, caplog):
     """A real signal's conjugate pole pairs run as complex recurrences. TensorFlow's gradient
     of a cast from real to complex casts back and logs that it drops the imaginary part;
