@@ -410,9 +410,10 @@ def when_run(function, bound, data: tuple[str, ...], state=None):
         return function(*bound.args, **bound.kwargs)  # its own error for the rank
     if _tangents(tensors):
         raise NotImplementedError(
-            "forward-mode AD (tf.autodiff.ForwardAccumulator) through cuscan.signal on tensors "
-            "of unknown sizes inside tf.function is not supported: TensorFlow cannot derive it "
-            "from a Python gradient; give the sizes, or run the accumulator eagerly")
+            "forward-mode AD (tf.autodiff.ForwardAccumulator) through cuscan.signal works "
+            "eagerly but not inside tf.function (where every size is known, lfiltic alone takes "
+            "it), since TensorFlow cannot derive it from a Python gradient; run the accumulator "
+            "eagerly, or use GradientTape")
 
     def call(*values):
         result = function(**{**arguments, **dict(zip(names, values, strict=True))})

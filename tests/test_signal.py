@@ -3310,6 +3310,37 @@ def test_tensorflow_unknown_sizes_beside_sizes_of_one():
             graph(x)
 
 
+def test_tensorflow_forward_mode_inside_tf_function():
+    """A ForwardAccumulator inside tf.function: refused through the recurrences whatever the
+    sizes, and on tensors of unknown sizes, with advice that works (giving the sizes serves
+    `lfiltic` alone, which runs no recurrence)."""
+    tf = require("tensorflow")
+    sos = ss.butter(4, 0.1, output="sos")
+    b, a = ss.butter(2, 0.2)
+    x, tangent = np.random.default_rng(45).standard_normal((2, 4, 50))
+
+    def forward_mode(function):
+        def jvp(v):
+            with tf.autodiff.ForwardAccumulator(v, tf.constant(tangent)) as accumulator:
+                y = function(v)
+            return accumulator.jvp(y)
+        return jvp
+
+    sosfilt = forward_mode(lambda v: signal.sosfilt(sos, v))
+    lfiltic = forward_mode(lambda v: signal.lfiltic(b, a, v))
+    np.testing.assert_allclose(sosfilt(tf.constant(x)), ss.sosfilt(sos, tangent), rtol=1e-10,
+                               atol=1e-12)
+    advice = (r"works eagerly but not inside tf\.function.*; run the accumulator eagerly, or "
+              "use GradientTape")
+    for function in (sosfilt, lfiltic):
+        with pytest.raises(NotImplementedError, match=advice):
+            tf.function(function, input_signature=[tf.TensorSpec([None, 50], tf.float64)])(x)
+    with pytest.raises(NotImplementedError, match=advice):
+        tf.function(sosfilt, input_signature=[tf.TensorSpec([4, 50], tf.float64)])(x)
+    known = tf.function(lfiltic, input_signature=[tf.TensorSpec([4, 50], tf.float64)])(x)
+    np.testing.assert_allclose(known, lfiltic(tf.constant(x)), rtol=1e-12, atol=1e-12)
+
+
 def test_tensorflow_gradient_logs_no_cast_warning(monkeypatch, caplog):
     """A real signal's conjugate pole pairs run as complex recurrences. TensorFlow's gradient
     of a cast from real to complex casts back and logs that it drops the imaginary part;
