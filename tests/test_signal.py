@@ -3292,8 +3292,9 @@ def test_tensorflow_unknown_sizes():
 
 def test_tensorflow_unknown_sizes_beside_sizes_of_one():
     """Inside tf.function, a size of one beside unknown sizes stays known in the result's
-    static shape; under XLA, an axis along an unknown size is refused as an unknown length,
-    and one out of range or not an integer gets the eager call's error."""
+    static shape, as do the signal's sizes beside an alpha of unknown size, one; under XLA, an
+    axis along an unknown size is refused as an unknown length, and one out of range or not
+    an integer gets the eager call's error."""
     tf = require("tensorflow")
     b, a = ss.butter(2, 0.2)
     x = np.random.default_rng(44).standard_normal((4, 1, 50))
@@ -3302,6 +3303,12 @@ def test_tensorflow_unknown_sizes_beside_sizes_of_one():
                             input_signature=[tf.TensorSpec(shape, tf.float64)])
         assert graph.get_concrete_function().structured_outputs.shape.as_list() == shape
         np.testing.assert_allclose(graph(x), ss.lfilter(b, a, x), rtol=1e-12, atol=1e-12)
+    # the eager calls that learn the result's shape fail with an alpha of 2 (against 4,097
+    # steps): those with sizes of 1 alone tell it
+    graph = tf.function(signal.ema, input_signature=[tf.TensorSpec([4, None], tf.float64),
+                                                     tf.TensorSpec([None], tf.float64)])
+    assert graph.get_concrete_function().structured_outputs.shape.as_list() == [4, None]
+    np.testing.assert_allclose(graph(x[:, 0], [0.3]), signal.ema(x[:, 0], 0.3), rtol=1e-12)
     for axis, message in ((-3, r"compiled by XLA .* the signal's length must be known"),
                           (3, "axis 3 is out of bounds for array of dimension 3"),
                           (1.0, r"`axis` must be an integer; got 1\.0")):
