@@ -3255,6 +3255,13 @@ def test_tensorflow_unknown_sizes():
             np.testing.assert_allclose(result.numpy(), expected.numpy(), rtol=1e-12,
                                        atol=1e-12)
         assert graph.get_concrete_function().structured_outputs[1].shape.as_list() == zf_shape
+    # and along the first axis, named from the last
+    graph = tf.function(lambda v, z: signal.lfilter(b, a, v, axis=-3, zi=z),
+                        input_signature=[tf.TensorSpec([None] * 3, tf.float64)] * 2)
+    moved = np.moveaxis(x, -1, 0), np.moveaxis(zi, -1, 0)
+    for result, expected in zip(graph(*moved), ss.lfilter(b, a, moved[0], axis=0, zi=moved[1]),
+                                strict=True):
+        np.testing.assert_allclose(result.numpy(), expected, rtol=1e-12, atol=1e-12)
     # an axis that is not an integer, where zi's shape is learnt from it: the eager call's error
     for function, state in ((lambda v, z: signal.lfilter(b, a, v, axis=1.0, zi=z), zi),
                             (lambda v, z: signal.sosfilt(sos, v, axis=1.0, zi=z), sections_zi)):
