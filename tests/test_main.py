@@ -20,11 +20,16 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULT_LINE = r"\s*{}: +[\d.]+ ms +[\d.]+ M steps/s +[\d.]+ GB/s"
 
 
+def run(*arguments: str) -> subprocess.CompletedProcess:
+    """``python -m cuscan`` with ``arguments``, in a fresh process."""
+    return subprocess.run([sys.executable, "-m", "cuscan", *arguments], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
 def test_readme_command():
     """As the README runs it, from a fresh process: the GPU where there is one, else NumPy,
     with the documented default length."""
-    result = subprocess.run([sys.executable, "-m", "cuscan"], cwd=ROOT, capture_output=True,
-                            text=True, timeout=300, check=False)
+    result = run()
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 6, result.stdout
@@ -86,10 +91,6 @@ def test_cupy_without_a_device(monkeypatch):
 
 
 def test_command_line_errors():
-    def run(*arguments):
-        return subprocess.run([sys.executable, "-m", "cuscan", *arguments], cwd=ROOT,
-                              capture_output=True, text=True, timeout=300, check=False)
-
     for arguments, message in ((["--dtype", "float16"], "argument --dtype: invalid choice"),
                                (["--backend", "torch"], "argument --backend: invalid choice"),
                                (["--length", "x"], "argument --length: invalid int value"),

@@ -3316,10 +3316,10 @@ def test_tensorflow_unknown_sizes_beside_sizes_of_one():
                                                      tf.TensorSpec([None], tf.float64)])
     assert graph.get_concrete_function().structured_outputs.shape.as_list() == [4, None]
     np.testing.assert_allclose(graph(x[:, 0], [0.3]), signal.ema(x[:, 0], 0.3), rtol=1e-12)
+    spec = [tf.TensorSpec([None, 1, 50], tf.float64)]
     for axis, message in ((-3, r"compiled by XLA .* the signal's length must be known"),
                           (3, "axis 3 is out of bounds for array of dimension 3"),
                           (1.0, r"`axis` must be an integer; got 1\.0")):
-        spec = [tf.TensorSpec([None, 1, 50], tf.float64)]
         graph = tf.function(lambda v, axis=axis: signal.lfilter(b, a, v, axis=axis),
                             jit_compile=True, input_signature=spec)
         with pytest.raises(Exception, match=message):  # TensorFlow re-raises AxisError wrapped
