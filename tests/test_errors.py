@@ -153,6 +153,16 @@ def test_ragged_sequences(ragged):
         linear_recurrence_vjp(np.ones((2, 2)), 0.5, ragged)
 
 
+def test_conversion_errors_of_other_objects_pass_through():
+    """Only a list or tuple is called ragged; another object's own ValueError is kept."""
+    class Unconvertible:
+        def __array__(self, dtype=None, copy=None):
+            raise ValueError("this object has no array")
+
+    with pytest.raises(ValueError, match=r"^this object has no array$"):
+        linear_recurrence(Unconvertible(), np.ones(3))
+
+
 @pytest.mark.parametrize("framework", ["torch", "jax.numpy", "tensorflow"])
 def test_ragged_sequences_beside_tensors(framework):
     """Each adapter converts sequences with its framework, and names a ragged one too."""

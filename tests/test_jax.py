@@ -389,6 +389,17 @@ def test_forward_mode_of_the_vjp_and_edges(device):
     np.testing.assert_allclose(np.asarray(transposed), np.asarray(expected), rtol=1e-12)
     with pytest.raises(NotImplementedError, match="not in its decays"):
         jax.linear_transpose(lambda a: cuscan.linear_recurrence(a, impulses), decays)(h)
+    # Nor is the tangent linear in the point it is taken at, nor the VJP in the output.
+    with pytest.raises(NotImplementedError, match="linear in the tangents only"):
+        jax.linear_transpose(lambda a: jax.jvp(
+            lambda a, x: cuscan.linear_recurrence(a, x, state), (a, impulses),
+            (decays * 0.3, impulses))[1], decays)(h)
+    with pytest.raises(NotImplementedError, match="linear in the cotangent only"):
+        jax.linear_transpose(
+            lambda h: cuscan.linear_recurrence_vjp(cotangent, decays, h, state)[0], h)(decays)
+    with pytest.raises(NotImplementedError, match="linear in the cotangent only"):
+        jax.linear_transpose(lambda g, h: cuscan.linear_recurrence_vjp(g, decays, h, state)[0],
+                             cotangent, h)(decays)
     # vmap over tangents: a batch of directional derivatives at once.
     directions = jnp.asarray(rng.standard_normal((4, 6, 2)))
     batched = jax.vmap(lambda t: jax.jvp(lambda x: cuscan.linear_recurrence(decays, x, state),
