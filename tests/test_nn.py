@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tests.conftest import require
@@ -192,6 +194,8 @@ def test_shapes_batch_first_and_states(name):
     assert output.shape == (2, 0, model.hidden_size)
     for mine, given in zip(flat(final), flat(state), strict=True):
         torch.testing.assert_close(mine, given)
+    for mine, given in zip(flat(model(x[:, :0])[1]), flat(state), strict=True):
+        torch.testing.assert_close(mine, torch.zeros_like(given))  # zeros without a state
     model.zero_grad(set_to_none=True)
     (output.sum() + sum(tensor.sum() for tensor in flat(final))).backward()
     for parameter in model.parameters():
@@ -249,7 +253,8 @@ def test_packed_sequences(name, enforce_sorted, bidirectional):
     # batch_first does not apply to packed input
     model, inputs = make(name, batch_first=True, bidirectional=bidirectional)
     generator = torch.Generator().manual_seed(7)
-    lengths = [9, 4, 13, 1, 9] if not enforce_sorted else [13, 9, 9, 4, 1]
+    # a batch of 6 and 5 features: neither size stands in for the other
+    lengths = [9, 4, 13, 1, 9, 6] if not enforce_sorted else [13, 9, 9, 6, 4, 1]
     sequences = [torch.randn(n, inputs, generator=generator, dtype=torch.float64,
                              requires_grad=True) for n in lengths]
     state = random_state(model, len(lengths), generator)
@@ -347,6 +352,31 @@ def test_dropout_between_layers():
     torch.testing.assert_close(model(x)[0], first)
     assert not torch.allclose(model(x)[0], first)
     assert "dropout=0.5" in repr(model)
+
+
+def test_qrnn_state_of_c_alone():
+    """A QRNN's state given as c alone takes zeros for the inputs before the first step;
+    the filter is two steps wide unless given."""
+    generator = torch.Generator().manual_seed(21)
+    model = QRNN(3, 4, num_layers=2, window=3).double()
+    x = torch.randn(7, 5, 3, generator=generator, dtype=torch.float64)
+    c = torch.randn(2, 5, 4, generator=generator, dtype=torch.float64)
+    zeros = tuple(torch.zeros(2, 5, n, dtype=torch.float64) for n in (3, 4))
+    for mine, theirs in zip(flat(model(x, c)), flat(model(x, (c, zeros))), strict=True):
+        torch.testing.assert_close(mine, theirs)
+    unbatched = model(x[:, 0], c[:, 0]), model(x[:, 0], (c[:, 0], [z[:, 0] for z in zeros]))
+    for mine, theirs in zip(*map(flat, unbatched), strict=True):
+        torch.testing.assert_close(mine, theirs)
+    assert QRNN(3, 4).window == 2
+    assert "method='auto', window=2\n" in repr(QRNN(3, 4))
+
+
+def test_sru_biases_drawn_as_linear_draws_its_own():
+    """Within +-1/sqrt(fan_in), over most of it (512 draws a layer)."""
+    torch.manual_seed(3)
+    for layer in SRU(16, 256, num_layers=2).layers:
+        bound = 1 / math.sqrt(layer.input_size)
+        assert 0.9 * bound < layer.bias.abs().max() <= bound
 
 
 def test_errors():

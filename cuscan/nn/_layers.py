@@ -391,7 +391,7 @@ class _SRULayer(nn.Module):
     def reset_parameters(self):
         """Draw the gates' biases as ``torch.nn.Linear`` draws its own (the weights are
         the ``Linear`` modules', reset by theirs)."""
-        bound = 1 / math.sqrt(self.input_size) if self.input_size else 0
+        bound = 1 / math.sqrt(self.input_size)  # input_size >= 1 (_check_count)
         nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x, state, method, lengths):
