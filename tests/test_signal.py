@@ -2404,15 +2404,16 @@ def test_zero_phase_any_axis_and_complex(backend, axis):
                                            ((3, 30011), -1), ((257, 20, 3), 0), ((5, 300), 1)])
 def test_time_contiguous_layouts(backend, shape, axis):
     """Long time-contiguous signals, which the NumPy backend filters in a time-major copy
-    (each filter copying once each way), and layouts it filters as they are (few channels
-    of many steps by the blocked scan): results, states and errors as SciPy's, in the
-    caller's layout."""
+    (each filter copying once each way) where the filter does not run in chunks (as a
+    complex filter's), and layouts it filters as they are (few channels of many steps by
+    the blocked scan): results, states and errors as SciPy's, in the caller's layout."""
     rng = np.random.default_rng(15)
     x = rng.standard_normal(shape)
     if len(shape) == 3:
         x = x + 1j * rng.standard_normal(shape)
     sos = ss.cheby1(6, 0.5, 0.1, output="sos")
     b, a = ss.ellip(3, 1, 40, 0.2)
+    complex_sos = sos * np.array([1 - 0.3j, 1 - 0.3j, 1 - 0.3j, 1, 1, 1])
     state = list(shape)
     state[axis] = 3
     zi = rng.standard_normal(state)
@@ -2423,6 +2424,12 @@ def test_time_contiguous_layouts(backend, shape, axis):
         ("sosfilt", signal.sosfilt(sos, backend.asarray(x), axis=axis,
                                    zi=backend.asarray(sos_zi)),
          ss.sosfilt(sos, x, axis=axis, zi=sos_zi)),
+        ("complex lfilter", signal.lfilter(b * (1 + 0.5j), a, backend.asarray(x), axis=axis,
+                                           zi=backend.asarray(zi)),
+         ss.lfilter(b * (1 + 0.5j), a, x, axis=axis, zi=zi)),
+        ("complex sosfilt", signal.sosfilt(complex_sos, backend.asarray(x), axis=axis,
+                                           zi=backend.asarray(sos_zi)),
+         ss.sosfilt(complex_sos, x, axis=axis, zi=sos_zi)),
         ("filtfilt", (signal.filtfilt(b, a, backend.asarray(x), axis=axis),),
          (ss.filtfilt(b, a, x, axis=axis),)),
         ("gust", (signal.filtfilt(b, a, backend.asarray(x), axis=axis, method="gust",
