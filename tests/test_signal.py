@@ -277,15 +277,16 @@ def views_taken(monkeypatch, name: str, position: int) -> list:
 
 
 def test_time_major_chunks(monkeypatch, chunk_runs):
-    """Time-major signals of at least _MIN_COLUMNS adjacent channels run in chunks as they
-    lie (`_chunks._in_columns`): `lfilter` (orders 4 and a FIR filter whose zi spans two
-    chunks of 16 on 100 samples) and `sosfilt` with and without zi, `filtfilt` and
-    `sosfiltfilt`, on (T, C) along axis 0, (B, T, C) along axis 1 and channels over two
-    axes, forward and reversed in time, in segments of time, the chunk-level recurrences
-    as products and by `linear_recurrence`, against SciPy; the cascade backward in time
-    (`_OnHost`'s transposed map) against the flipped signal's; a non-finite sample, in a
-    chunk or after the last whole one, falls back to the recurrences; fewer channels, or
-    channels not adjacent, are copied to adjacent samples instead."""
+    """Time-major signals of at least _MIN_COLUMNS adjacent channels run in chunks as they lie
+    (`_chunks._in_columns`): `lfilter` (orders 4, a FIR filter whose zi spans two chunks of
+    16 on 100 samples, and an integrator, whose pole of 1 decays by 1 a chunk) and `sosfilt`
+    with and without zi, `filtfilt` and `sosfiltfilt`, on (T, C) along axis 0, (B, T, C)
+    along axis 1 and channels over two axes, forward and reversed in time, in segments of
+    time, the chunk-level recurrences as products and by `linear_recurrence`, against SciPy;
+    the cascade backward in time (`_OnHost`'s transposed map) against the flipped signal's;
+    a non-finite sample, in a chunk or after the last whole one, falls back to the
+    recurrences; fewer channels, or channels not adjacent, are copied to adjacent samples
+    instead."""
     ran = chunk_runs
     columns = views_taken(monkeypatch, "_in_columns", 1)
     rng = np.random.default_rng(43)
@@ -298,7 +299,7 @@ def test_time_major_chunks(monkeypatch, chunk_runs):
         monkeypatch.setattr(_chunks, "_MIN_SEGMENT", 100 if segment else 4096)
         x = rng.standard_normal(shape)
         for signal_x in (x, np.flip(x, axis)):
-            for (b, a), order in ((ba, 4), (fir, 19)):
+            for (b, a), order in ((ba, 4), (fir, 19), (([1.0], [1.0, -1.0]), 1)):
                 zi = rng.standard_normal((*shape[:axis], order, *shape[axis + 1:]))
                 columns.clear()
                 y, zf = signal.lfilter(b, a, signal_x, axis=axis, zi=zi)
