@@ -2178,6 +2178,9 @@ def test_lfiltic_continues_a_filtered_signal(backend, axis):
 def test_lfiltic_edges_and_errors(backend):
     zi = signal.lfiltic([2.0], [1.0], backend.asarray(np.ones(3)))  # a pure gain: no state
     assert backend.to_numpy(zi).shape == (0,)
+    for axis, shape in ((0, (0, 4, 2)), (1, (3, 0, 2)), (-1, (3, 4, 0))):  # and its channels
+        zi = signal.lfiltic([2.0], [1.0], backend.asarray(np.ones((3, 4, 2))), axis=axis)
+        assert backend.to_numpy(zi).shape == shape, axis
     zi = signal.lfiltic([1.0], [1.0, -0.5], backend.asarray(np.float64(4.0)))  # a scalar y[-1]
     np.testing.assert_allclose(backend.to_numpy(zi), [2.0])
     with pytest.raises(ValueError, match=r"`y` and `x` must have the same number of dimensions; "
