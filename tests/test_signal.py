@@ -2019,6 +2019,11 @@ def test_errors():
                                          r"must be finite, to be factored into poles; got "
                                          r"\[\[1.0, nan, 0.0\]\]"):
         signal.sosfilt([[1, 0, 0, 1, np.nan, 0]], np.ones(10))
+    for function in (partial(signal.sosfilt, x=np.ones(10)), signal.sosfilt_zi):  # a0 too
+        with pytest.raises(ValueError, match=r"every section's denominator \(`sos\[:, 3:\]`\) "
+                                             r"must be finite, to be factored into poles; got "
+                                             r"\[\[inf, 1.0, 0.0\]\]"):
+            function([[1, 0, 0, np.inf, 1, 0]])
     with pytest.raises(TypeError, match="`b` must hold numbers; got dtype <U1"):
         signal.lfilter(["1"], [1.0], np.ones(10))
     with pytest.raises(TypeError, match="`sos` must hold numbers; got dtype object"):
