@@ -265,6 +265,21 @@ def test_torch_func_transforms(device):
                             in_dims=2)(decays[:, :, None] * scales)
     for i, h in enumerate(moved):
         torch.testing.assert_close(h, cuscan.linear_recurrence(decays * scales[i], impulses[0]))
+    # operands of lower rank than the result, batched: a decay per channel, a scalar state
+    rates, starts = decays[:5], states[:, 0]
+    alone = [cuscan.linear_recurrence(r, x, s)
+             for r, x, s in zip(rates, impulses, starts, strict=True)]
+    weights = torch.randn(impulses.shape, generator=generator, dtype=torch.float64).to(device)
+    for grad_mode in (True, False):  # autograd's path, and the operators' batching rules
+        with torch.set_grad_enabled(grad_mode):
+            outputs = torch.func.vmap(cuscan.linear_recurrence)(rates, impulses, starts)
+            pulled = torch.func.vmap(cuscan.linear_recurrence_vjp)(weights, rates, outputs,
+                                                                   starts)
+        torch.testing.assert_close(outputs, torch.stack(alone))
+        for i in range(5):
+            for got, expected in zip(pulled, cuscan.linear_recurrence_vjp(
+                    weights[i], rates[i], alone[i], starts[i]), strict=True):
+                torch.testing.assert_close(got[i], expected)
     # without grad mode, the operators' own batching rules (with it, autograd's path)
     with torch.no_grad():
         torch.testing.assert_close(torch.func.vmap(cuscan.linear_recurrence, in_dims=(
