@@ -578,6 +578,8 @@ CASES = [
      (Shard(2), Shard(2), Shard(1))),
     ((D,), (T, B, D), (D,), 0, (Replicate(), Shard(1), Replicate()), Shard(1),
      (Partial(), Shard(1), Partial())),
+    ((T, 1, D), (T, B, D), (1, D), 0, (Replicate(), Shard(1), Replicate()), Shard(1),
+     (Partial(), Shard(1), Partial())),  # broadcast along the split axis by a length of 1
     ((B, D, T), (B, D, T), (B, D), -1, (Shard(0), Shard(0), Shard(0)), Shard(0),
      (Shard(0), Shard(0), Shard(0))),
     (None, (B, D, T), None, -1, (None, Shard(2), None), None, None),  # split along time
