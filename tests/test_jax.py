@@ -387,6 +387,14 @@ def test_forward_mode_of_the_vjp_and_edges(device):
     expected = jax.jvp(lambda a, x, s: associative_scan(a, x, s), (decays, impulses, state),
                        directions)[1]
     np.testing.assert_allclose(np.asarray(transposed), np.asarray(expected), rtol=1e-12)
+    for steps in (1, 0):  # the state's share of a single step, and of none
+        transposed = jax.linear_transpose(
+            lambda x, s, steps=steps: cuscan.linear_recurrence(decays[:steps], x, s),
+            impulses[:steps], state)(cotangent[:steps])
+        expected = (cotangent[:steps], jnp.sum(decays[:steps] * cotangent[:steps], axis=0))
+        for got, want in zip(transposed, expected, strict=True):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12)
     with pytest.raises(NotImplementedError, match="not in its decays"):
         jax.linear_transpose(lambda a: cuscan.linear_recurrence(a, impulses), decays)(h)
     # Nor is the tangent linear in the point it is taken at, nor the VJP in the output.
@@ -454,6 +462,13 @@ def test_vmap(device):
         single = jax.grad(lambda s: jnp.sum(associative_scan(decays[0], impulses[0], s) ** 2))(
             states[b])
         np.testing.assert_allclose(np.asarray(state_grads[b]), np.asarray(single), rtol=1e-10)
+    # A scalar state per example, of lower rank than a step of the output.
+    result = jax.vmap(lambda s: cuscan.linear_recurrence(decays[0], impulses[0], s))(
+        states[:, 0])
+    for b in range(5):
+        np.testing.assert_allclose(np.asarray(result[b]), reference.linear_recurrence(
+            np.asarray(decays[0]), np.asarray(impulses[0]), np.full(3, states[b, 0])),
+            rtol=1e-12)
     # Per-example gradients.
     grads = jax.vmap(jax.grad(lambda a, x: jnp.sum(cuscan.linear_recurrence(a, x) ** 2)))(
         decays, impulses)
@@ -489,6 +504,16 @@ def test_vmap_of_the_vjp_function(device):
         for b in range(4):
             for got, want in zip(grads, vjp(batched[b]), strict=True):
                 np.testing.assert_allclose(np.asarray(got[b]), np.asarray(want), rtol=1e-12)
+    # A scalar state per example, of lower rank than a step of the output.
+    grads = jax.jit(jax.vmap(lambda s: cuscan.linear_recurrence_vjp(*single[:3], s)))(
+        states[:, 0])
+    for b in range(4):
+        expected = cuscan.linear_recurrence_vjp(*single[:3], states[b, 0])
+        np.testing.assert_allclose(np.asarray(expected[2]), np.sum(
+            np.asarray(decays[0, 0] * np.asarray(expected[1])[0])), rtol=1e-12)
+        for got, want in zip(grads, expected, strict=True):
+            assert got[b].shape == want.shape
+            np.testing.assert_allclose(np.asarray(got[b]), np.asarray(want), rtol=1e-12)
 
 
 def test_vjp_function_matches_jax_vjp(device):
@@ -621,6 +646,8 @@ def test_export(symbolic):
         close(call(a_t, x_t), channels_first(a_t, x_t), dtype)
     empty = exported(lambda x: cuscan.linear_recurrence(0.5, x), x[:0])(x[:0])
     assert empty.shape == (0, 3)
+    single = exported(lambda a, x, s: cuscan.linear_recurrence(a, x, s), a[:1], x[:1], h0)
+    close(single(a[:1], x[:1], h0), a[:1] * h0 + x[:1])
     sos = np.array([[0.2, 0.4, 0.2, 1.0, -0.5, 0.25], [1.0, 0.0, -1.0, 1.0, 0.1, 0.3]])
     from cuscan import signal
 
