@@ -3316,9 +3316,10 @@ def test_tensorflow_unknown_sizes():
 
 def test_tensorflow_unknown_sizes_beside_sizes_of_one():
     """Inside tf.function, a size of one beside unknown sizes stays known in the result's
-    static shape, as do the signal's sizes beside an alpha of unknown size, one; under XLA, an
-    axis along an unknown size is refused as an unknown length, and one out of range or not
-    an integer gets the eager call's error."""
+    static shape, as do the signal's sizes beside an alpha of unknown size, one, and an alpha's
+    size of one leaves the signal's unknown size unknown; under XLA, an axis along an unknown
+    size is refused as an unknown length, and one out of range or not an integer gets the
+    eager call's error."""
     tf = require("tensorflow")
     b, a = ss.butter(2, 0.2)
     x = np.random.default_rng(44).standard_normal((4, 1, 50))
@@ -3328,11 +3329,19 @@ def test_tensorflow_unknown_sizes_beside_sizes_of_one():
         assert graph.get_concrete_function().structured_outputs.shape.as_list() == shape
         np.testing.assert_allclose(graph(x), ss.lfilter(b, a, x), rtol=1e-12, atol=1e-12)
     # the eager calls that learn the result's shape fail with an alpha of 2 (against 4,097
-    # steps): those with sizes of 1 alone tell it
-    graph = tf.function(signal.ema, input_signature=[tf.TensorSpec([4, None], tf.float64),
-                                                     tf.TensorSpec([None], tf.float64)])
-    assert graph.get_concrete_function().structured_outputs.shape.as_list() == [4, None]
-    np.testing.assert_allclose(graph(x[:, 0], [0.3]), signal.ema(x[:, 0], 0.3), rtol=1e-12)
+    # steps): those with sizes of 1 alone tell it, where a size probed as 1 stays unknown
+    for shape, signals in (([4, None], x[:, 0]), ([None, None], x[:, 0]), ([4, None, None], x)):
+        graph = tf.function(signal.ema, input_signature=[tf.TensorSpec(shape, tf.float64),
+                                                         tf.TensorSpec([None], tf.float64)])
+        assert graph.get_concrete_function().structured_outputs.shape.as_list() == shape
+        np.testing.assert_allclose(graph(signals, [0.3]), signal.ema(signals, 0.3), rtol=1e-12)
+    # nor does an alpha's size of 1 stand for the signal's size there, unknown
+    graph = tf.function(signal.ema, input_signature=[tf.TensorSpec([None, 3, None], tf.float64),
+                                                     tf.TensorSpec([1, 3, 1], tf.float64)])
+    assert graph.get_concrete_function().structured_outputs.shape.as_list() == [None, 3, None]
+    rng = np.random.default_rng(45)
+    wide, alphas = rng.standard_normal((4, 3, 50)), rng.uniform(0.1, 0.9, (1, 3, 1))
+    np.testing.assert_allclose(graph(wide, alphas), signal.ema(wide, alphas), rtol=1e-12)
     spec = [tf.TensorSpec([None, 1, 50], tf.float64)]
     for axis, message in ((-3, r"compiled by XLA .* the signal's length must be known"),
                           (3, "axis 3 is out of bounds for array of dimension 3"),
