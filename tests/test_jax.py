@@ -510,7 +510,7 @@ def test_vmap_of_the_vjp_function(device):
     for b in range(4):
         expected = cuscan.linear_recurrence_vjp(*single[:3], states[b, 0])
         np.testing.assert_allclose(np.asarray(expected[2]), np.sum(
-            np.asarray(decays[0, 0] * np.asarray(expected[1])[0])), rtol=1e-12)
+            np.asarray(decays[0, 0]) * np.asarray(expected[1][0])), rtol=1e-12)
         for got, want in zip(grads, expected, strict=True):
             assert got[b].shape == want.shape
             np.testing.assert_allclose(np.asarray(got[b]), np.asarray(want), rtol=1e-12)
