@@ -1901,6 +1901,29 @@ def test_ema_min_periods(backend, adjust):
     assert not np.isnan(np.delete(result[:, 2:], 1, axis=0)).any()
 
 
+@pytest.mark.parametrize("adjust", [False, True])
+def test_ema_of_no_samples(backend, adjust):
+    """A signal with no samples along the axis averages to an empty result of its shape and
+    dtype, with every option (the first sample, which starts an unadjusted average, is
+    not there); an alpha per channel is still checked against the channels."""
+    options = ({}, {"nan_policy": "omit"}, {"nan_policy": "omit", "ignore_na": True},
+               {"min_periods": 2})
+    for shape, axis in (((3, 0), -1), ((0,), 0), ((0, 4, 2), 0)):
+        for dtype, given in itertools.product((np.float32, np.complex128), options):
+            x = backend.asarray(np.zeros(shape, dtype))
+            result = signal.ema(x, 0.25, axis=axis, adjust=adjust, **given)
+            assert type(result) is type(x)
+            assert backend.to_numpy(result).shape == shape
+            assert backend.to_numpy(result).dtype == dtype
+    x = backend.asarray(np.zeros((3, 0), np.int64))
+    assert backend.to_numpy(signal.ema(x, 0.5, adjust=adjust)).dtype == np.float64
+    alpha = backend.asarray(np.array([0.5, 0.2, 0.3]))
+    assert backend.to_numpy(signal.ema(x, alpha, adjust=adjust)).shape == (3, 0)
+    with pytest.raises(ValueError, match=r"every `alpha` must lie in \(0, 1\]; got values "
+                                         r"from 0\.2 to 2\.0"):
+        signal.ema(x, backend.asarray(np.array([0.5, 0.2, 2.0])), adjust=adjust)
+
+
 @pytest.mark.parametrize("nan_policy", ["propagate", "omit"])
 @pytest.mark.parametrize("adjust", [False, True])
 def test_ema_infinity_is_a_value(backend, adjust, nan_policy):
