@@ -2644,6 +2644,24 @@ def test_framework_tensors_match_scipy(framework):
                                                atol=1e-12)
 
 
+def test_framework_ema_omits_complex_samples_missing_in_either_part(framework):
+    """With nan_policy="omit", a complex sample whose real part, imaginary part or both
+    are NaN is missing, in every framework as in NumPy: the average holds its value there."""
+    rng = np.random.default_rng(24)
+    x = rng.standard_normal((3, 30)) + 1j * rng.standard_normal((3, 30))
+    missing = {(0, 5): complex(np.nan, 1.0), (1, 9): complex(2.0, np.nan),
+               (2, 20): complex(np.nan, np.nan)}
+    for at, value in missing.items():
+        x[at] = value
+    for adjust in (False, True):
+        expected = signal.ema(x, 0.3, adjust=adjust, nan_policy="omit")
+        assert np.isfinite(expected).all()
+        for channel, step in missing:
+            assert expected[channel, step] == expected[channel, step - 1]
+        result = signal.ema(framework.tensor(x), 0.3, adjust=adjust, nan_policy="omit")
+        np.testing.assert_allclose(framework.array(result), expected, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32", "complex64", "int16", "uint8", "bool"])
 def test_framework_coefficient_dtypes(framework, dtype):
     """Coefficient tensors filter as NumPy coefficients of their dtype do: the same values
