@@ -1653,11 +1653,13 @@ def test_lfilter_repeated_poles(backend, poles):
 @pytest.mark.parametrize("poles", [
     [0.9] * 2, [0.3] * 2, [-0.7] * 2 + [0.2], [0.95] * 2 + [0.6 + 0.3j, 0.6 - 0.3j],
     [0.1] * 2 + [-0.99] * 2, [0.7 + 0.2j, 0.7 - 0.2j] * 2 + [0.8] * 2,
+    [0.9] * 2 + [0.5 + 0.5j, 0.5 - 0.5j], [0.1] * 2 + [0.3 + 0.3j, 0.3 - 0.3j, 0.2],
 ])
 def test_lfilter_nearly_repeated_poles(backend, poles):
     """Multiple poles rounded into `a`: a cluster of roots a few 1e-8 apart, on the real
     axis or just off it, which Aberth steps from np.roots' real estimates cannot reach;
-    they come from `a` divided by the other roots' factors instead."""
+    they come from `a` divided by the other roots' factors instead (complex ones in the
+    last two)."""
     a = np.poly(poles).real
     x = np.random.default_rng(11).standard_normal((2, 2000))
     result = backend.to_numpy(signal.lfilter([1.0, -0.3], a, backend.asarray(x)))
