@@ -116,6 +116,20 @@ def test_dtypes(backend, dtype, method, reverse):
           dtype=dtype_of(dtype))
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_each_channels_state_reaches_every_chunk(backend, dtype, reverse):
+    """Decays near one keep each channel's own initial state (of a contiguous state and of a
+    strided view) in every chunk of the parallel scan, whose chunk level starts from those
+    states in its wider dtype."""
+    rng = np.random.default_rng(8)
+    decays = make(rng, (517, 6), dtype, 0.999, 1.0)
+    impulses = make(rng, (517, 6), dtype, -0.01, 0.01)
+    for state in (make(rng, (6,), dtype, -1.0), make(rng, (12,), dtype, -1.0)[::2]):
+        check(backend, decays, impulses, state, reverse=reverse, method="parallel",
+              dtype=dtype_of(dtype))
+
+
 # (decays shape, impulses shape, initial_state shape or None, axis)
 BROADCASTS = [
     ((), (50, 4), None, 0),                # scalar decay
