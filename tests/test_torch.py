@@ -223,20 +223,22 @@ def test_real_operands_of_a_complex_recurrence(device):
     assert torch.autograd.gradgradcheck(cuscan.linear_recurrence, inputs)
 
 
+@pytest.mark.parametrize("batch", [(), (3,)])
 @pytest.mark.parametrize("channels", [(2,), ()])
 @pytest.mark.parametrize("length", [0, 1, 2, 17])
-def test_higher_order_short_sequences(device, length, channels):
+def test_higher_order_short_sequences(device, length, channels, batch):
     """Second derivatives and forward mode, also of one channel with a 0-d state, which the
     differentiable gradient expands to the shape of a step without channels, and of no
-    steps at all."""
+    steps at all; with time the first axis or after a batch axis."""
     generator = torch.Generator().manual_seed(3)
-    decays = torch.rand(length, *channels, generator=generator, dtype=torch.float64)
-    impulses = torch.randn(length, *channels, generator=generator, dtype=torch.float64)
-    state = torch.randn(channels, generator=generator, dtype=torch.float64)
+    shape = (*batch, length, *channels)
+    decays = torch.rand(shape, generator=generator, dtype=torch.float64)
+    impulses = torch.randn(shape, generator=generator, dtype=torch.float64)
+    state = torch.randn((*batch, *channels), generator=generator, dtype=torch.float64)
     inputs = tuple(v.to(device).requires_grad_() for v in (decays, impulses, state))
     for reverse in (False, True):
         def function(a, x, s, reverse=reverse):
-            return cuscan.linear_recurrence(a, x, s, reverse=reverse)
+            return cuscan.linear_recurrence(a, x, s, axis=len(batch), reverse=reverse)
 
         assert torch.autograd.gradgradcheck(function, inputs, check_fwd_over_rev=True)
         assert torch.autograd.gradcheck(function, inputs, check_forward_ad=True)
