@@ -105,3 +105,56 @@ def test_command_line_errors():
         assert re.fullmatch(r"CuPy backend requested but unavailable \(.+\); install "
                             r"cuscan\[cuda12\] or cuscan\[cuda13\] on a CUDA machine\n",
                             result.stderr), result.stderr
+
+
+def test_timing_keeps_the_fastest_repeat(monkeypatch):
+    """``_time`` runs once to warm up, then keeps the shortest of ``repeats`` synchronised
+    runs."""
+    ticks = iter([0.0, 4.0, 10.0, 11.0, 20.0, 22.0])
+    monkeypatch.setattr(main_job.time, "perf_counter", lambda: next(ticks))
+    calls = []
+    best = main_job._time(lambda: calls.append("run"), lambda: calls.append("sync"), 3)
+    assert best == 1.0
+    assert calls == ["run", "sync"] * 4
+
+
+@pytest.mark.parametrize(("dtype", "gigabytes"), [("float32", "4.80"), ("float64", "9.60"),
+                                                   ("complex64", "9.60"),
+                                                   ("complex128", "19.20")])
+def test_reported_throughput(dtype, gigabytes, monkeypatch, capsys):
+    """Each method's line: its time, the steps times channels it ran per second, and the bytes
+    a forward pass must move (decays and impulses read, states written) per second."""
+    repeats = []
+
+    def ten_microseconds(function, synchronize, count):
+        repeats.append(count)
+        return 1e-5
+
+    monkeypatch.setattr(main_job, "_time", ten_microseconds)
+    assert main_job.main(["--backend", "numpy", "--length", "1000", "--channels", "4",
+                          "--dtype", dtype]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[3:] == [f"{method:>8}:      0.01 ms      400.0 M steps/s  {gigabytes:>7} GB/s"
+                         for method in ("serial", "parallel", "auto")]
+    assert repeats == [1, 3, 3]
+
+
+def test_the_problem_is_a_gated_layers_state(monkeypatch, capsys):
+    """The recurrence run is the documented one: gates in (0, 1) as decays and impulses
+    ``(1 - g) * tanh(i)``, so no impulse exceeds one minus its gate."""
+    recurrence = cuscan.linear_recurrence
+    seen = []
+
+    def recorded(decays, impulses, *, method):
+        seen.append((np.asarray(decays), np.asarray(impulses)))
+        return recurrence(decays, impulses, method=method)
+
+    monkeypatch.setattr(cuscan, "linear_recurrence", recorded)
+    monkeypatch.setattr(main_job, "_time", lambda function, synchronize, count: 1.0)
+    assert main_job.main(["--backend", "numpy", "--length", "4099", "--channels", "5",
+                          "--dtype", "float64"]) == 0
+    for decays, impulses in seen:
+        assert decays.shape == impulses.shape == (4099, 5)
+        assert ((decays > 0) & (decays < 1)).all()
+        assert (np.abs(impulses) <= 1 - decays).all()
+        assert np.abs(impulses).max() > 0.5 * (1 - decays).max()
