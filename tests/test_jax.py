@@ -395,6 +395,15 @@ def test_forward_mode_of_the_vjp_and_edges(device):
         for got, want in zip(transposed, expected, strict=True):
             assert got.shape == want.shape
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12)
+    # No steps along an axis between two others: the state's share keeps both of them.
+    nothing, cube_state = put(device, np.ones((3, 0, 4)), rng.standard_normal((3, 4)))
+    for reverse in (False, True):
+        transposed = jax.linear_transpose(
+            lambda x, s, reverse=reverse: cuscan.linear_recurrence(nothing, x, s, axis=1,
+                                                                   reverse=reverse),
+            nothing, cube_state)(nothing)
+        assert [got.shape for got in transposed] == [(3, 0, 4), (3, 4)]
+        assert not np.asarray(transposed[1]).any()
     with pytest.raises(NotImplementedError, match="not in its decays"):
         jax.linear_transpose(lambda a: cuscan.linear_recurrence(a, impulses), decays)(h)
     # Nor is the tangent linear in the point it is taken at, nor the VJP in the output.
