@@ -3492,6 +3492,13 @@ def test_jax_vmap_over_signals_and_alphas():
         y = jax.jit(jax.vmap(lambda v: signal.filtfilt(*ss.butter(2, 0.1), v, method="gust")))(x)
         np.testing.assert_allclose(np.asarray(y), ss.filtfilt(*ss.butter(2, 0.1), x, method="gust"),
                                    rtol=1e-10, atol=1e-12)
+        # samples down the columns of each signal: the filter's axis counted past the batch's
+        columns = np.random.default_rng(21).standard_normal((4, 100, 3))
+        for axis, along in ((0, 1), (-2, 1), (1, 2), (-1, 2)):
+            v = np.moveaxis(columns, 1, along)
+            y = jax.jit(jax.vmap(lambda v, axis=axis: signal.sosfiltfilt(sos, v, axis=axis)))(v)
+            np.testing.assert_allclose(np.asarray(y), ss.sosfiltfilt(sos, v, axis=along),
+                                       rtol=1e-10, atol=1e-12)
         for adjust in (False, True):
             y = jax.jit(jax.vmap(lambda v, a, adjust=adjust: signal.ema(v, a, adjust=adjust)))(
                 x, alphas)
@@ -3559,6 +3566,12 @@ def test_torch_func_vmap_over_signals_and_alphas():
     y = torch.func.vmap(lambda v: signal.sosfiltfilt(sos, v))(x)
     np.testing.assert_allclose(y.numpy(), ss.sosfiltfilt(sos, x.numpy()), rtol=1e-10,
                                atol=1e-12)
+    columns = torch.randn(4, 100, 3, dtype=torch.float64)
+    for axis, along in ((0, 1), (-2, 1), (1, 2), (-1, 2)):
+        v = torch.movedim(columns, 1, along)
+        y = torch.func.vmap(lambda v, axis=axis: signal.sosfiltfilt(sos, v, axis=axis))(v)
+        np.testing.assert_allclose(y.numpy(), ss.sosfiltfilt(sos, v.numpy(), axis=along),
+                                   rtol=1e-10, atol=1e-12)
     b, a = ss.cheby1(3, 1, 0.2)
     states = {"lfilter": (partial(signal.lfilter, b, a), partial(ss.lfilter, b, a), (5, 4, 3)),
               "sosfilt": (partial(signal.sosfilt, sos), partial(ss.sosfilt, sos), (5, 2, 4, 2))}
