@@ -834,12 +834,20 @@ def test_chunks_in_segments(monkeypatch, chunk_runs):
     state the last one left (backward in time for the second pass of the zero-phase
     filters), with the results of the whole: from rest and from zi (zf), lengths the
     segments do not divide; a non-finite sample in a later segment sends the whole signal
-    to the recurrences."""
+    to the recurrences. The copies hold less than one and a half segments, of
+    _SEGMENT_ELEMENTS samples or _MIN_SEGMENT of each channel."""
     from cuscan.signal import _chunks
 
     monkeypatch.setattr(_chunks, "_SEGMENT_ELEMENTS", 600)
     monkeypatch.setattr(_chunks, "_MIN_SEGMENT", 128)
     ran = chunk_runs
+    cuts, segments = [], _chunks._segments  # (channels, the segments) of each call
+
+    def cut(shape, size):
+        cuts.append((math.prod(shape[:-1]), segments(shape, size)))
+        return cuts[-1][1]
+
+    monkeypatch.setattr(_chunks, "_segments", cut)
     rng = np.random.default_rng(28)
     sos, (b, a) = ss.ellip(6, 1, 50, 0.1, output="sos"), ss.cheby1(3, 1, 0.2)
     for shape, axis in (((1000, 3), 0), ((2, 1500, 2), 1), ((701, 2, 2), 0), ((3001,), 0)):
@@ -866,7 +874,12 @@ def test_chunks_in_segments(monkeypatch, chunk_runs):
                     assert relative_error(part, want) <= 1e-12, (shape, axis, flip)
             assert all(ran), (shape, ran)
             assert len(ran) > 12, (shape, ran)  # each call in segments
+            assert all(pieces for _, pieces in cuts), shape
+            for rows, pieces in cuts:
+                longest = max(stop - start for start, stop in pieces)
+                assert rows * longest < 1.5 * max(600, 128 * rows), (shape, rows, pieces)
             ran.clear()
+            cuts.clear()
     for shape, axis in (((1000, 3), 0), ((2, 1500, 2), 1)):  # backward in time: transposes
         w = rng.standard_normal(shape)
         for design in ((sos.tobytes(),), tuple(np.asarray(c, np.float64).tobytes()
@@ -877,6 +890,10 @@ def test_chunks_in_segments(monkeypatch, chunk_runs):
             assert all(ran), (shape, ran)
             assert len(ran) > 4, (shape, ran)
             ran.clear()
+    cuts.clear()
+    x = rng.standard_normal((250, 8))  # over twice 600 samples, under two segments: whole
+    assert relative_error(signal.sosfilt(sos, x, axis=0), ss.sosfilt(sos, x, axis=0)) <= 1e-12
+    assert cuts == [(8, [])]
     x = rng.standard_normal((1000, 3))
     x[800, 1] = np.nan
     result, expected = signal.sosfilt(sos, x, axis=0), ss.sosfilt(sos, x, axis=0)
