@@ -793,6 +793,16 @@ def test_streams(monkeypatch):
         signal.lfilter(changed, a, x, zi=zi[:5])
     complex_ = signal.lfilter(changed, a, x, zi=zi * 1j)[0]  # a complex zi: complex y
     assert relative_error(complex_, ss.lfilter(changed, a, x, zi=zi * 1j)[0]) <= 1e-10
+    ones = rng.standard_normal((1, 6))  # one zi broadcast over channels, for every block
+    for k in range(2 + _chunks._DIRECT_AFTER):
+        block = rng.standard_normal((3, 32))
+        with monkeypatch.context() as m:
+            if k > _chunks._DIRECT_AFTER:  # the stream's run
+                m.setattr(_filters, "_signal", None)
+            got = signal.lfilter(changed, a, block, zi=ones)
+        for have, want in zip(got, ss.lfilter(changed, a, block, zi=ones), strict=True):
+            assert have.shape == want.shape, (have.shape, want.shape)
+            assert relative_error(have, want) <= 1e-10
     for bad in (np.nan, np.inf):
         for args in ((np.where(np.arange(32) == 5, bad, x), zi), (x, np.where(zi > 1, bad, zi))):
             got, zf = signal.lfilter(changed, a, *args[:1], zi=args[1])
