@@ -5,6 +5,8 @@ from __future__ import annotations
 import collections
 import itertools
 import math
+import sys
+import threading
 import warnings
 from functools import partial
 
@@ -836,6 +838,95 @@ def test_streams(monkeypatch):
     monkeypatch.setattr(_filters, "_signal", None)
     with pytest.raises(TypeError):
         signal.sosfilt(sos, x)
+
+
+def test_streams_on_threads(monkeypatch):
+    """Filters called from several threads at once, each streaming its own signal block by
+    block (a cache of one stream, so that each new call replaces another's), give SciPy's
+    results; the kept streams and matrices change only under their locks. The record of the
+    runs a call takes (`_stream._recording`) holds that thread's runs alone, and a record made
+    within another gives the outer one back."""
+    class Locked(collections.OrderedDict):
+        """A cache that checks its lock is held whenever it changes."""
+
+        def __init__(self, lock):
+            super().__init__()
+            self.lock = lock
+
+        def __setitem__(self, key, value):
+            assert self.lock.locked()
+            super().__setitem__(key, value)
+
+        def __delitem__(self, key):
+            assert self.lock.locked()
+            super().__delitem__(key)
+
+        def popitem(self, last=True):
+            assert self.lock.locked()
+            return super().popitem(last)
+
+        def move_to_end(self, key, last=True):
+            assert self.lock.locked()
+            super().move_to_end(key, last)
+
+    monkeypatch.setattr(_stream, "_streams", Locked(_stream._streams_lock))
+    monkeypatch.setattr(_chunks, "_direct_kept", Locked(_chunks._direct_lock))
+    monkeypatch.setattr(_stream, "_STREAMS_KEPT", 1)
+    rng = np.random.default_rng(40)
+    cases = (  # (function, design, signal, time axis, block length)
+        (signal.sosfilt, (ss.ellip(6, 1, 60, 0.2, output="sos"),), (3, 20 * 40), 1, 20),
+        (signal.lfilter, ss.cheby1(4, 1, 0.3), (24 * 40, 2), 0, 24),
+        (signal.sosfilt, (ss.butter(4, (0.1, 0.4), "bandpass", output="sos"),), (40 * 40,), 0,
+         40),
+        (signal.lfilter, (ss.firwin(9, 0.25), np.ones(1)), (2, 17 * 40), 1, 17))
+    signals = [rng.standard_normal(shape) for _, _, shape, _, _ in cases]
+    results, errors = [None] * len(cases), []
+    start = threading.Barrier(len(cases))
+
+    def stream(i):
+        function, design, _, axis, block = cases[i]
+        x = signals[i]
+        lead, order = ((len(design[0]),), 2) if function is signal.sosfilt else (
+            (), max(map(len, design)) - 1)
+        zi = np.zeros((*lead, *x.shape[:axis], order, *x.shape[axis + 1:]))  # from rest
+        pieces = []
+        start.wait()
+        try:
+            for first in range(0, x.shape[axis], block):
+                y, zi = function(*design, np.take(x, range(first, first + block), axis), axis=axis,
+                                 zi=zi)
+                pieces.append(y)
+            results[i] = np.concatenate(pieces, axis)
+        except Exception as error:  # reported by the main thread
+            errors.append(error)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch often
+    try:
+        threads = [threading.Thread(target=stream, args=(i,)) for i in range(len(cases))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors
+    for (function, design, _, axis, _), x, got in zip(cases, signals, results, strict=True):
+        want = getattr(ss, function.__name__)(*design, x, axis=axis)
+        assert relative_error(got, want) <= 1e-12, (function.__name__, x.shape)
+    sos = cases[0][1][0]
+    x = rng.standard_normal(40)
+    with _stream._recording() as runs:
+        other = threading.Thread(target=signal.sosfilt, args=(sos, list(x)))  # no stream
+        other.start()
+        other.join()
+        assert runs == []  # the other thread's run is not this one's
+        with _stream._recording() as inner:
+            signal.sosfilt(sos, list(x))
+        assert len(inner) == 1
+        assert runs == []  # given back
+        signal.sosfilt(sos, list(x))
+        assert len(runs) == 1
 
 
 def test_chunks_in_segments(monkeypatch, chunk_runs):
