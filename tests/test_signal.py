@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import fractions
 import itertools
 import math
 import sys
@@ -2775,6 +2776,29 @@ def test_framework_ema_omits_complex_samples_missing_in_either_part(framework):
             assert expected[channel, step] == expected[channel, step - 1]
         result = signal.ema(framework.tensor(x), 0.3, adjust=adjust, nan_policy="omit")
         np.testing.assert_allclose(framework.array(result), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_framework_ema_scalar_alphas(framework):
+    """``alpha`` as any real scalar (a Python int, a NumPy integer or float of any width, a
+    fraction) is the float it equals, on NumPy arrays and tensors alike: the average keeps the
+    signal's dtype and gives pandas' values for that float."""
+    pandas = require("pandas")
+    x = np.random.default_rng(41).standard_normal((2, 40))
+    for alpha, adjust in itertools.product(
+            (1, np.int64(1), np.uint8(1), np.float32(0.3), np.float16(0.25),
+             fractions.Fraction(1, 4)), (False, True)):
+        expected = pandas.DataFrame(x.T).ewm(alpha=float(alpha), adjust=adjust).mean()
+        for dtype, rtol in ((np.float64, 1e-11), (np.float32, 1e-5)):
+            want = signal.ema(x.astype(dtype), float(alpha), adjust=adjust)
+            assert want.dtype == dtype
+            np.testing.assert_allclose(want, expected.to_numpy().T, rtol=rtol, atol=rtol)
+            got = signal.ema(x.astype(dtype), alpha, adjust=adjust)
+            assert got.dtype == dtype, (alpha, adjust)
+            np.testing.assert_array_equal(got, want)
+            got = signal.ema(framework.tensor(x.astype(dtype)), alpha, adjust=adjust)
+            assert framework.is_native(got)
+            assert framework.array(got).dtype == dtype, (alpha, adjust)
+            np.testing.assert_allclose(framework.array(got), want, rtol=rtol / 10, atol=rtol / 10)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "complex64", "int16", "uint8", "bool"])
