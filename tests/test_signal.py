@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import fractions
 import itertools
 import math
@@ -875,44 +876,35 @@ def test_streams_on_threads(monkeypatch):
     monkeypatch.setattr(_stream, "_STREAMS_KEPT", 1)
     rng = np.random.default_rng(40)
     cases = (  # (function, design, signal, time axis, block length)
-        (signal.sosfilt, (ss.ellip(6, 1, 60, 0.2, output="sos"),), (3, 20 * 40), 1, 20),
-        (signal.lfilter, ss.cheby1(4, 1, 0.3), (24 * 40, 2), 0, 24),
-        (signal.sosfilt, (ss.butter(4, (0.1, 0.4), "bandpass", output="sos"),), (40 * 40,), 0,
-         40),
-        (signal.lfilter, (ss.firwin(9, 0.25), np.ones(1)), (2, 17 * 40), 1, 17))
-    signals = [rng.standard_normal(shape) for _, _, shape, _, _ in cases]
-    results, errors = [None] * len(cases), []
+        (signal.sosfilt, (ss.ellip(6, 1, 60, 0.2, output="sos"),),
+         rng.standard_normal((3, 20 * 40)), 1, 20),
+        (signal.lfilter, ss.cheby1(4, 1, 0.3), rng.standard_normal((24 * 40, 2)), 0, 24),
+        (signal.sosfilt, (ss.butter(4, (0.1, 0.4), "bandpass", output="sos"),),
+         rng.standard_normal(40 * 40), 0, 40),
+        (signal.lfilter, (ss.firwin(9, 0.25), np.ones(1)), rng.standard_normal((2, 17 * 40)), 1,
+         17))
     start = threading.Barrier(len(cases))
 
-    def stream(i):
-        function, design, _, axis, block = cases[i]
-        x = signals[i]
+    def stream(function, design, x, axis, block):
         lead, order = ((len(design[0]),), 2) if function is signal.sosfilt else (
             (), max(map(len, design)) - 1)
         zi = np.zeros((*lead, *x.shape[:axis], order, *x.shape[axis + 1:]))  # from rest
         pieces = []
         start.wait()
-        try:
-            for first in range(0, x.shape[axis], block):
-                y, zi = function(*design, np.take(x, range(first, first + block), axis), axis=axis,
-                                 zi=zi)
-                pieces.append(y)
-            results[i] = np.concatenate(pieces, axis)
-        except Exception as error:  # reported by the main thread
-            errors.append(error)
+        for first in range(0, x.shape[axis], block):
+            y, zi = function(*design, np.take(x, range(first, first + block), axis), axis=axis,
+                             zi=zi)
+            pieces.append(y)
+        return np.concatenate(pieces, axis)
 
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)  # threads switch often
     try:
-        threads = [threading.Thread(target=stream, args=(i,)) for i in range(len(cases))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        with concurrent.futures.ThreadPoolExecutor(len(cases)) as threads:
+            results = list(threads.map(stream, *zip(*cases, strict=True)))
     finally:
         sys.setswitchinterval(interval)
-    assert not errors, errors
-    for (function, design, _, axis, _), x, got in zip(cases, signals, results, strict=True):
+    for (function, design, x, axis, _), got in zip(cases, results, strict=True):
         want = getattr(ss, function.__name__)(*design, x, axis=axis)
         assert relative_error(got, want) <= 1e-12, (function.__name__, x.shape)
     sos = cases[0][1][0]
@@ -2789,13 +2781,14 @@ def test_framework_ema_scalar_alphas(framework):
              fractions.Fraction(1, 4)), (False, True)):
         expected = pandas.DataFrame(x.T).ewm(alpha=float(alpha), adjust=adjust).mean()
         for dtype, rtol in ((np.float64, 1e-11), (np.float32, 1e-5)):
-            want = signal.ema(x.astype(dtype), float(alpha), adjust=adjust)
+            given = x.astype(dtype)
+            want = signal.ema(given, float(alpha), adjust=adjust)
             assert want.dtype == dtype
             np.testing.assert_allclose(want, expected.to_numpy().T, rtol=rtol, atol=rtol)
-            got = signal.ema(x.astype(dtype), alpha, adjust=adjust)
+            got = signal.ema(given, alpha, adjust=adjust)
             assert got.dtype == dtype, (alpha, adjust)
             np.testing.assert_array_equal(got, want)
-            got = signal.ema(framework.tensor(x.astype(dtype)), alpha, adjust=adjust)
+            got = signal.ema(framework.tensor(given), alpha, adjust=adjust)
             assert framework.is_native(got)
             assert framework.array(got).dtype == dtype, (alpha, adjust)
             np.testing.assert_allclose(framework.array(got), want, rtol=rtol / 10, atol=rtol / 10)
