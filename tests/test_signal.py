@@ -1851,6 +1851,22 @@ def test_sosfilt_zi_matches_scipy():
     np.testing.assert_allclose(y, 3.0, rtol=1e-10)
 
 
+def test_steady_states_of_single_precision_coefficients_are_double():
+    """Float32 coefficients give the float64 steady state of the filter they hold (SciPy
+    1.17 gives float32), from which a float32 signal still filters in float32."""
+    b, a = np.float32([0.2, 0.3]), np.float32([1.0, -0.7])
+    sos = ss.butter(4, 0.2, output="sos").astype(np.float32)
+    for got, want in ((signal.lfilter_zi(b, a), ss.lfilter_zi(b.astype(float), a.astype(float))),
+                      (signal.sosfilt_zi(sos), ss.sosfilt_zi(sos.astype(float)))):
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    x = np.full(50, 2.0, np.float32)
+    y, zf = signal.lfilter(b, a, x, zi=signal.lfilter_zi(b, a) * x[0])
+    assert y.dtype == zf.dtype == np.float32
+    gain = b.astype(float).sum() / a.astype(float).sum()
+    np.testing.assert_allclose(y, 2.0 * gain, rtol=4 * np.finfo(np.float32).eps)
+
+
 def test_sections_are_normalised_by_a0(backend):
     """A section whose a0 is not 1 (SciPy raises) filters as the same section divided by a0,
     in every function that takes sections."""
