@@ -155,13 +155,18 @@ def test_half_gradient_sums_overflow_quietly(backend):
     assert np.isnan(backend.to_numpy(grad_decays)[0])
 
 
-def test_empty_time_axis(backend):
+@pytest.mark.parametrize("with_state", [True, False])
+def test_empty_time_axis(backend, with_state):
     zeros = backend.asarray(np.zeros((0, 3)))
+    state = backend.asarray(np.ones(3)) if with_state else None
     grad_decays, grad_impulses, grad_state = cuscan.linear_recurrence_vjp(
-        zeros, backend.asarray(np.ones(3)), zeros, backend.asarray(np.ones(3)))
+        zeros, backend.asarray(np.ones(3)), zeros, state)
     assert grad_impulses.shape == (0, 3)
     np.testing.assert_array_equal(backend.to_numpy(grad_decays), 0)
-    np.testing.assert_array_equal(backend.to_numpy(grad_state), 0)
+    if with_state:
+        np.testing.assert_array_equal(backend.to_numpy(grad_state), 0)
+    else:
+        assert grad_state is None
 
 
 def test_inputs_not_modified(backend):
