@@ -2151,6 +2151,21 @@ def test_errors():
         signal.ema(np.ones(3), 0.5, min_periods=2.0)
     with pytest.raises(TypeError, match="`x` is a masked array"):
         signal.sosfilt([[1, 0, 0, 1, 0.5, 0]], np.ma.masked_array(np.ones(3), [0, 1, 0]))
+    # Masked coefficients and alphas too: their masks would be ignored just the same.
+    masked = np.ma.masked_array([1.0, 0.5], [False, True])
+    masked_sos = np.ma.masked_array([[1, 0, 0, 1, 0.5, 0]], [[0, 0, 0, 0, 1, 0]])
+    for name, call in (("b", lambda: signal.lfilter(masked, [1.0], np.ones(3))),
+                       ("a", lambda: signal.filtfilt([1.0], masked, np.ones(9))),
+                       ("a", lambda: signal.lfilter_zi([1.0], masked)),
+                       ("b", lambda: signal.lfiltic(masked, [1.0], [1.0])),
+                       ("sos", lambda: signal.sosfilt(masked_sos, np.ones(3))),
+                       ("sos", lambda: signal.sosfiltfilt(masked_sos, np.ones(9))),
+                       ("sos", lambda: signal.sosfilt_zi(masked_sos)),
+                       ("alpha", lambda: signal.ema(np.ones(3), masked[1:]))):
+        with pytest.raises(TypeError, match=f"`{name}` is a masked array"):
+            call()
+    with pytest.raises(TypeError, match="`b` must be an array or a scalar; got None"):
+        signal.lfilter(None, [1.0], np.ones(3))
     with pytest.raises(TypeError, match="`x` must be an array or a scalar; got None"):
         signal.lfilter([1.0], [1.0, -0.5], None)
     with pytest.raises(ValueError, match="pole at z = 1"):

@@ -7,7 +7,7 @@ import numbers
 
 import numpy as np
 
-from cuscan._api import linear_recurrence, public
+from cuscan._api import check_given, linear_recurrence, public
 from cuscan.signal._filters import (
     ArrayLike,
     _along,
@@ -94,6 +94,7 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
                          "needs `nan_policy='omit'`; NaN propagates with 'propagate'")
     min_periods = 0 if min_periods is None else _length("min_periods", min_periods, 0)
     ns, x, axis = _signal(x, axis)
+    check_given({"alpha": alpha}, optional=("alpha",))  # masked arrays; None below
     if alpha is None or isinstance(alpha, (numbers.Number, np.generic, str, bytes)):
         if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, numbers.Real):
             raise TypeError(f"`alpha` must be a real number or an array of them; got "

@@ -96,6 +96,7 @@ def _host(coefficients, name: str) -> np.ndarray:
     """Filter coefficients as a NumPy array of float64 or complex128: they are small, and
     constants (CuPy arrays and tensors are copied; the filter is not differentiated with
     respect to them)."""
+    check_given({name: coefficients})
     lib = _backend.library(coefficients)
     if lib == "torch":
         from cuscan import _torch
