@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from tests.conftest import require
@@ -412,6 +413,13 @@ def test_errors():
         QRNN(3, 4, window=True)
     with pytest.raises(ValueError, match=r"`dropout` must be a number in \[0, 1\]; got 1.5"):
         GILR(3, 4, dropout=1.5)
+    for flag, value, shown in (("batch_first", "yes", "'yes'"), ("batch_first", None, "None"),
+                               ("bidirectional", 2, "2"), ("bidirectional", (1,), "tuple")):
+        with pytest.raises(TypeError, match=rf"^`{flag}` must be a bool; got {shown}$"):
+            SRU(3, 4, **{flag: value})
+    flags = GILRLSTM(3, 4, batch_first=np.bool_(True), bidirectional=0)
+    assert flags.batch_first is True
+    assert flags.bidirectional is False
     with pytest.raises(ValueError, match=r"shape \(2, 2, 4\)"):
         QRNN(3, 4, bidirectional=True)(torch.randn(5, 2, 3), torch.zeros(1, 2, 4))
     qrnn, x, c = QRNN(3, 4, num_layers=2, window=3), torch.randn(7, 5, 3), torch.zeros(2, 5, 4)

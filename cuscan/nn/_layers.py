@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -53,9 +54,11 @@ class _Stack(nn.Module):
                 0 <= dropout <= 1):
             raise ValueError(f"`dropout` must be a number in [0, 1]; got {dropout!r}")
         _api.check_method(method)
+        batch_first = _check_flag("batch_first", batch_first)
+        bidirectional = _check_flag("bidirectional", bidirectional)
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.batch_first, self.method = batch_first, method
-        self.dropout, self.bidirectional = float(dropout), bool(bidirectional)
+        self.dropout, self.bidirectional = float(dropout), bidirectional
         directions = 2 if bidirectional else 1
         # Layer i's directions are layers[i * directions:(i + 1) * directions], as the
         # states are ordered in torch.nn.LSTM; each layer after the first reads the
@@ -204,6 +207,16 @@ def _check_count(name: str, value) -> None:
         raise TypeError(f"`{name}` must be an integer; got {type(value).__name__}")
     if value < 1:
         raise ValueError(f"`{name}` must be at least 1; got {value}")
+
+
+def _check_flag(name: str, value) -> bool:
+    """A switch as a bool: given as one (Python's or NumPy's), or as 0 or 1."""
+    if isinstance(value, (bool, np.bool_)) or (
+            isinstance(value, numbers.Integral) and value in (0, 1)):
+        return bool(value)
+    shown = repr(value) if value is None or isinstance(value, (numbers.Number, str)) \
+        else type(value).__name__
+    raise TypeError(f"`{name}` must be a bool; got {shown}")
 
 
 def _check_like(weight, what: str, tensor) -> None:
