@@ -2354,6 +2354,10 @@ def test_lfiltic_edges_and_errors(backend):
                                          r"got shapes \(2, 3\) and \(3,\)"):
         signal.lfiltic([1.0, 1.0], [1.0, -0.5], backend.asarray(np.ones((2, 3))),
                        backend.asarray(np.ones(3)))
+    with pytest.raises(ValueError, match=r"`y` and `x` must broadcast together beside axis 0; "
+                                         r"got shapes \(2, 3\) and \(2, 5\)"):
+        signal.lfiltic([1.0, 1.0], [1.0, -0.5], backend.asarray(np.ones((2, 3))),
+                       backend.asarray(np.ones((2, 5))), axis=0)
     with pytest.raises(ValueError, match=r"`a\[0\]` must be non-zero"):
         signal.lfiltic([1.0], [0.0, 1.0], backend.asarray(np.ones(1)))
     with pytest.raises(TypeError, match="`y` must be an array or a scalar; got None"):

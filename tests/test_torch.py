@@ -777,6 +777,35 @@ def test_devices_as_torch_chooses_them():
                                      torch.ones(3, device="meta"))
 
 
+def test_filters_refuse_mixed_libraries_and_devices():
+    """The filters take their arrays (signal, state, past values, alphas) from one library
+    and, in torch, one device (0-d CPU tensors aside), as `linear_recurrence` does: an
+    alpha of another library was converted, a NumPy signal losing a tensor alpha's
+    gradient, and tensors on two devices reached torch's own errors."""
+    from cuscan import signal
+
+    meta, cpu = torch.ones(5, 3, device="meta"), torch.ones(5, 3)
+    with pytest.raises(TypeError, match="`x` is a numpy array, `alpha` is a torch array"):
+        signal.ema(np.ones((5, 3)), torch.full((3,), 0.5, requires_grad=True), axis=0)
+    with pytest.raises(TypeError, match="`x` is a torch array, `alpha` is a numpy array"):
+        signal.ema(cpu, np.full(3, 0.5), axis=0)
+    for call, names in ((lambda: signal.ema(meta, torch.full((3,), 0.5), axis=0), ("x", "alpha")),
+                        (lambda: signal.lfilter([1.0], [1.0, -0.5], meta, axis=0,
+                                                zi=torch.zeros(1, 3)), ("x", "zi")),
+                        (lambda: signal.sosfilt([[1, 0, 0, 1, -0.5, 0]], meta, axis=0,
+                                                zi=torch.zeros(1, 1, 3)), ("x", "zi")),
+                        (lambda: signal.lfiltic([1.0, 0.5], [1.0, -0.5], meta, cpu, axis=0),
+                         ("y", "x"))):
+        first, second = names
+        with pytest.raises(TypeError, match=f"one device .*`{first}` is on meta, `{second}` is "
+                                            "on cpu"):
+            call()
+    y = signal.ema(meta, torch.tensor(0.5), axis=0)  # a 0-d CPU alpha is a scalar
+    assert y.device.type == "meta"
+    assert y.shape == (5, 3)
+    assert type(signal.ema(cpu, [0.5, 0.2, 0.1], axis=0)) is torch.Tensor  # a list is data
+
+
 def test_meta_tensors_give_shapes_and_errors():
     """Meta tensors (shapes without data, as in deferred model initialisation) give the
     result's shape and dtype, with or without autograd, in layers and filters too, and

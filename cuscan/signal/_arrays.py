@@ -36,9 +36,13 @@ def numpy_kind(dtype: np.dtype) -> str:
 
 
 def namespace(operands: dict[str, object]):
-    """The namespace for these operands (name -> value), or the mixing error."""
+    """The namespace for these operands (name -> value), or the mixing error (of libraries,
+    or of torch devices)."""
     lib = _backend.which(operands)
     if lib == "torch":
+        from cuscan import _torch
+
+        _torch._device(tuple(operands), tuple(operands.values()))
         return _Torch()
     if lib == "jax":
         return _Jax()

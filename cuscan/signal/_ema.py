@@ -7,7 +7,7 @@ import numbers
 
 import numpy as np
 
-from cuscan._api import check_given, linear_recurrence, public
+from cuscan._api import linear_recurrence, public
 from cuscan.signal._filters import (
     ArrayLike,
     _along,
@@ -93,9 +93,9 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
         raise ValueError("`ignore_na=True` says how to weigh around missing samples, so it "
                          "needs `nan_policy='omit'`; NaN propagates with 'propagate'")
     min_periods = 0 if min_periods is None else _length("min_periods", min_periods, 0)
-    ns, x, axis = _signal(x, axis)
-    check_given({"alpha": alpha}, optional=("alpha",))  # masked arrays; None below
-    if alpha is None or isinstance(alpha, (numbers.Number, np.generic, str, bytes)):
+    scalar = alpha is None or isinstance(alpha, (numbers.Number, np.generic, str, bytes))
+    ns, x, axis = _signal(x, axis, **({} if scalar else {"alpha": alpha}))
+    if scalar:
         if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, numbers.Real):
             raise TypeError(f"`alpha` must be a real number or an array of them; got "
                             f"{type(alpha).__name__}")

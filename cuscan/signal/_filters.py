@@ -133,11 +133,13 @@ def _numeric(name: str, kind: str, itemsize: int, dtype) -> None:
         raise unsupported(name, dtype)
 
 
-def _signal(x, axis: int, zi=None):
+def _signal(x, axis: int, **others):
     """The namespace of ``x``'s library, ``x`` as a float32/64 or complex64/128 array of
-    it, whole along its time axis (see ``whole_along``), and that axis, normalised."""
-    check_given({"x": x, "zi": zi}, optional=("zi",))
-    ns = namespace({"x": x, "zi": zi})
+    it, whole along its time axis (see ``whole_along``), and that axis, normalised.
+    ``others``, the call's other operands (such as ``zi``; None where not given), must
+    come from the same library and device."""
+    check_given({"x": x, **others}, optional=tuple(others))
+    ns = namespace({"x": x, **others})
     x = _inexact(ns, x, "x")
     axis = time_axis(axis, tuple(x.shape))
     return ns, ns.whole_along(x, axis), axis
@@ -975,7 +977,7 @@ def lfilter(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
 
 def _lfilter(b, a, x, axis: int, zi):
     b, a = _normalized(b, a)
-    ns, x, axis = _signal(x, axis, zi)
+    ns, x, axis = _signal(x, axis, zi=zi)
     order = max(a.size, b.size) - 1
     zi = _state(ns, zi, x, axis, order)
     work, out = _dtypes(ns, x, b, a, state=zi)
@@ -1064,7 +1066,7 @@ def sosfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, zi: ArrayLike | None =
 
 def _sosfilt(sos, x, axis: int, zi):
     sos = _sections(sos)
-    ns, x, axis = _signal(x, axis, zi)
+    ns, x, axis = _signal(x, axis, zi=zi)
     zi = _state(ns, zi, x, axis, 2, sections=sos.shape[0])
     work, out = _dtypes(ns, x, sos, state=zi)
     real = not np.iscomplexobj(sos)
@@ -1283,8 +1285,12 @@ def lfiltic(b: ArrayLike, a: ArrayLike, y: ArrayLike, x: ArrayLike | None = None
     single = all(_single(ns, v) for v in past.values())
     out = np.dtype((np.complex64 if complex_ else np.float32) if single else work)
     past = {name: ns.cast(v, work) for name, v in past.items()}
-    channels = np.broadcast_shapes(*(
-        (*v.shape[:axis], 1, *v.shape[axis + 1:]) for v in past.values()))
+    try:
+        channels = np.broadcast_shapes(*(
+            (*v.shape[:axis], 1, *v.shape[axis + 1:]) for v in past.values()))
+    except ValueError:
+        raise ValueError(f"`y` and `x` must broadcast together beside axis {axis}; got shapes "
+                         f"{tuple(past['y'].shape)} and {tuple(past['x'].shape)}") from None
     states = _past_state(ns, b, a, past, axis, channels, work)
     if not states:  # a pure gain has no state
         return ns.cast(_zeros(ns, (*channels[:axis], 0, *channels[axis + 1:]), work, past["y"]),
