@@ -42,7 +42,8 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
         `x`'s shape without `axis`); or one per sample (anything that
         broadcasts to `x`'s shape, e.g. varying over time; the weight of a
         sample then decays by ``1 - alpha[t]`` at each later step ``t``).
-        Its values are checked where they are at hand: not while traced by
+        An array comes from `x`'s library (on its device); a list or a scalar
+        goes with any. Its values are checked where they are at hand: not while traced by
         ``jax.jit``, ``tf.function``, ``torch.compile`` or ``torch.func``.
     axis : int, default -1
         The time axis.
