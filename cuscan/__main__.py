@@ -48,18 +48,30 @@ def _time(function, synchronize, repeats: int) -> float:
     return best
 
 
+def _positive(text: str) -> int:
+    """A command-line count: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer of at least 1; got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cuscan", description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=["auto", "numpy", "cupy"], default="auto")
-    parser.add_argument("--length", type=int, default=None,
+    parser.add_argument("--length", type=_positive, default=None,
                         help="sequence length (default: 2**16 on CPU, 2**20 on GPU)")
-    parser.add_argument("--channels", type=int, default=16, help="batch x features per step")
+    parser.add_argument("--channels", type=_positive, default=16,
+                        help="batch x features per step")
     parser.add_argument("--dtype", default="float32", choices=_dtypes.SUPPORTED_NAMES[2:])
     args = parser.parse_args(argv)
 
     xp, description = _select_backend(args.backend)
     on_gpu = xp is not np
-    length = args.length or (2**20 if on_gpu else 2**16)
+    length = args.length if args.length is not None else 2**20 if on_gpu else 2**16
     print(f"backend: {description}")
     print(f"problem: gated linear RNN state, {length} steps x {args.channels} channels, "
           f"{args.dtype}, time-major (T, C), axis 0")

@@ -94,6 +94,10 @@ def test_command_line_errors():
     for arguments, message in ((["--dtype", "float16"], "argument --dtype: invalid choice"),
                                (["--backend", "torch"], "argument --backend: invalid choice"),
                                (["--length", "x"], "argument --length: invalid int value"),
+                               (["--length", "0"], "argument --length: expected an integer of "
+                                                   "at least 1; got 0"),
+                               (["--channels", "-3"], "argument --channels: expected an "
+                                                      "integer of at least 1; got -3"),
                                (["--no-such-option"], "unrecognized arguments")):
         result = run(*arguments)
         assert result.returncode == 2, result.stderr
