@@ -81,6 +81,19 @@ def listed(kind):
     return parse
 
 
+def positive(kind):
+    """An argparse ``type``: a number converted by ``kind`` (int or float) above zero, as a
+    size, a count, a rate or a duration is."""
+    def parse(text):
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive {kind.__name__}; got {text}")
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"  # argparse names it in errors
+    return parse
+
+
 def replaced(rows: list[dict], row: dict, names) -> list[dict]:
     """``rows`` without those that agree with ``row`` on each of ``names``, then ``row``: a
     record's rows with a new one in place of any earlier one of the same settings."""

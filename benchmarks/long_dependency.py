@@ -397,16 +397,16 @@ def plot(record: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["gilr-lstm", "lstm"], default="gilr-lstm")
-    parser.add_argument("--length", type=int, default=1024)
-    parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
-    parser.add_argument("--hidden-learning-rate", type=float, default=None,
+    parser.add_argument("--length", type=_common.positive(int), default=1024)
+    parser.add_argument("--hidden", type=_common.positive(int), default=512)
+    parser.add_argument("--batch-size", type=_common.positive(int), default=16)
+    parser.add_argument("--learning-rate", type=_common.positive(float), default=LEARNING_RATE)
+    parser.add_argument("--hidden-learning-rate", type=_common.positive(float), default=None,
                         help="Adam's rate for the weights that read a hidden state (the "
                         "recurrent weights, the second layer's input weights, the head); "
                         "default: --learning-rate")
-    parser.add_argument("--max-iterations", type=int, default=100_000)
-    parser.add_argument("--max-minutes", type=float, default=None,
+    parser.add_argument("--max-iterations", type=_common.positive(int), default=100_000)
+    parser.add_argument("--max-minutes", type=_common.positive(float), default=None,
                         help="stop (and checkpoint) after this long; run again to resume")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -417,7 +417,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--distractors", choices=DISTRACTORS, default="others",
                         help="draw the steps after the first from the directions other than "
                         "e1 (as problem 2b), or from all")
-    parser.add_argument("--adam-epsilon", type=float, default=None,
+    parser.add_argument("--adam-epsilon", type=_common.positive(float), default=None,
                         help="Adam's eps; the first step's gradients shrink as 1 / length, "
                         "and below eps Adam hardly moves the weights that read it (default: "
                         f"{ADAM_EPSILON:g}, torch's, up to 1,024 steps, a decade less per decade "

@@ -130,13 +130,14 @@ def table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["gilr-lstm", "lstm"], default="gilr-lstm")
-    parser.add_argument("--length", type=int, default=1_048_576)
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--batch-sizes", type=_common.listed(int), default=[4, 8, 16])
+    parser.add_argument("--length", type=_common.positive(int), default=1_048_576)
+    parser.add_argument("--hidden", type=_common.positive(int), default=64)
+    parser.add_argument("--batch-sizes", type=_common.listed(_common.positive(int)),
+                        default=[4, 8, 16])
     parser.add_argument("--modes", type=_common.listed(str), default=list(MODES),
                         help="comma-separated: eager, compiled (the GILR-LSTM only)")
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--warmup", type=_common.positive(int), default=2)
+    parser.add_argument("--iterations", type=_common.positive(int), default=5)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, default=_common.RESULTS)
     parser.add_argument("--choose", action="store_true",
@@ -155,9 +156,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.model != "gilr-lstm" and "compiled" in args.modes:
         parser.error(f"only the GILR-LSTM runs compiled; got --model {args.model} with "
                      "--modes compiled (use --modes eager)")
-    if args.warmup < 1 or args.iterations < 1:
-        parser.error(f"--warmup and --iterations must be at least 1; got {args.warmup} and "
-                     f"{args.iterations}")
     device_name = _common.torch_device_name(args.device)
     path = args.out / f"long_dependency_cost_{device_name.replace(' ', '-')}.json"
     saved = json.loads(path.read_text()) if path.exists() else {"rows": []}

@@ -129,9 +129,10 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lengths", type=_common.listed(int), default=[1024, 8192, 65536])
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--sequences", type=int, default=4)
+    parser.add_argument("--lengths", type=_common.listed(_common.positive(int)),
+                        default=[1024, 8192, 65536])
+    parser.add_argument("--hidden", type=_common.positive(int), default=64)
+    parser.add_argument("--sequences", type=_common.positive(int), default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint", type=Path, default=None,
                         help="measure at this checkpoint's weights, at its length and size")
@@ -139,8 +140,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, default=_common.RESULTS)
     args = parser.parse_args(argv)
-    if args.sequences < 1:
-        parser.error(f"--sequences must be at least 1; got {args.sequences}")
     lengths, hidden = args.lengths, args.hidden
     if args.checkpoint is not None:
         record = torch.load(args.checkpoint, map_location="cpu", weights_only=False)["record"]

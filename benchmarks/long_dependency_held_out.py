@@ -156,8 +156,8 @@ def evaluate(checkpoint: Path, sequences: int, batch_size: int = 1, seed: int | 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint", type=Path, required=True)
-    parser.add_argument("--sequences", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=1,
+    parser.add_argument("--sequences", type=_common.positive(int), default=64)
+    parser.add_argument("--batch-size", type=_common.positive(int), default=1,
                         help="sequences a forward pass (memory grows with it)")
     parser.add_argument("--seed", type=int, default=None,
                         help=f"the sequences' seed (default: the run's plus {SEED_OFFSET:,})")
@@ -166,10 +166,6 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--out", type=Path, default=_common.RESULTS)
     args = parser.parse_args(argv)
-    for name in ("sequences", "batch_size"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1; "
-                         f"got {getattr(args, name)}")
     if not args.checkpoint.exists():
         parser.error(f"--checkpoint {args.checkpoint} does not exist")
     row = evaluate(args.checkpoint, args.sequences, args.batch_size, args.seed, args.device,

@@ -242,37 +242,34 @@ def plot(rows: list[dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["gilr-lstm", "lstm"], default="gilr-lstm")
-    parser.add_argument("--lengths", type=_common.listed(int), default=[256, 512, 1024])
-    parser.add_argument("--learning-rates", type=_common.listed(float), default=[1e-3, 3e-3])
+    parser.add_argument("--lengths", type=_common.listed(_common.positive(int)),
+                        default=[256, 512, 1024])
+    parser.add_argument("--learning-rates", type=_common.listed(_common.positive(float)),
+                        default=[1e-3, 3e-3])
     parser.add_argument("--seeds", type=_common.listed(int), default=[0, 1])
     parser.add_argument("--distractors", choices=long_dependency.DISTRACTORS, default="others",
                         help="the directions of the steps after the first (see long_dependency)")
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--adam-epsilon", type=float, default=long_dependency.ADAM_EPSILON,
+    parser.add_argument("--hidden", type=_common.positive(int), default=64)
+    parser.add_argument("--batch-size", type=_common.positive(int), default=16)
+    parser.add_argument("--adam-epsilon", type=_common.positive(float),
+                        default=long_dependency.ADAM_EPSILON,
                         help="Adam's eps (see long_dependency)")
-    parser.add_argument("--hidden-learning-rate", type=float, default=None,
+    parser.add_argument("--hidden-learning-rate", type=_common.positive(float), default=None,
                         help="Adam's rate for the weights that read a hidden state (see "
                         "long_dependency; default: each run's learning rate)")
-    parser.add_argument("--max-iterations", type=int, default=1500)
+    parser.add_argument("--max-iterations", type=_common.positive(int), default=1500)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--jobs", type=int, default=1,
+    parser.add_argument("--jobs", type=_common.positive(int), default=1,
                         help="runs at once, each with its share of the CPU's threads")
     parser.add_argument("--out", type=Path, default=_common.RESULTS)
-    parser.add_argument("--extrapolate-to", type=int, default=2**20,
+    parser.add_argument("--extrapolate-to", type=_common.positive(int), default=2**20,
                         help="the length the growth table extrapolates to")
-    parser.add_argument("--fit-from", type=int, default=1024,
+    parser.add_argument("--fit-from", type=_common.positive(int), default=1024,
                         help="the shortest length the growth table's fits use (below 1,024 "
                              "steps the iterations grow faster than beyond)")
     parser.add_argument("--report", action="store_true",
                         help="run nothing: print the tables and write the plot from the record")
     args = parser.parse_args(argv)
-    if args.jobs < 1:
-        parser.error(f"--jobs must be at least 1; got {args.jobs}")
-    for name in ("extrapolate_to", "fit_from"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1; "
-                         f"got {getattr(args, name)}")
     device_name = _common.torch_device_name(args.device)
     path = args.out / f"long_dependency_scaling_{device_name.replace(' ', '-')}.json"
     if args.report and not path.exists():

@@ -650,8 +650,8 @@ def main(argv: list[str] | None = None) -> dict:
                         "or cpu")
     parser.add_argument("--quick", action="store_true",
                         help="tiny shapes and few repeats: checks the script")
-    parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--minutes", type=float, default=None,
+    parser.add_argument("--repeats", type=_common.positive(int), default=30)
+    parser.add_argument("--minutes", type=_common.positive(float), default=None,
                         help="start no shape after this long")
     parser.add_argument("--only", default=None,
                         help=f"contestants, comma-separated, from: {', '.join(CONTESTANTS)}")

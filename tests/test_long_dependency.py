@@ -198,6 +198,23 @@ def test_command_line_writes_json_and_plot(tmp_path):
     assert (tmp_path / "long_dependency_lstm_8.png").stat().st_size > 0
 
 
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--length", "0"], "argument --length: expected a positive int; got 0"),
+    (["--batch-size", "-2"], "argument --batch-size: expected a positive int; got -2"),
+    (["--learning-rate", "-1"], "argument --learning-rate: expected a positive float; got -1"),
+    (["--max-minutes", "0"], "argument --max-minutes: expected a positive float; got 0"),
+    (["--adam-epsilon", "nan"], "argument --adam-epsilon: expected a positive float; got nan"),
+])
+def test_command_line_refuses_sizes_and_rates_below_one_or_zero(arguments, message, tmp_path,
+                                                                 capsys):
+    """Sizes, counts, rates and durations are checked as they are read: a length of 0 ended
+    in an IndexError, a batch of 0 trained on nothing with a NaN loss."""
+    with pytest.raises(SystemExit):
+        long_dependency.main([*arguments, "--device", "cpu", "--out", str(tmp_path)])
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
 def test_scaling_records_each_run_once(tmp_path, capsys):
     from benchmarks import long_dependency_scaling
 
@@ -222,7 +239,7 @@ def test_scaling_records_each_run_once(tmp_path, capsys):
         (8, 0, 4), (8, 1, 3), (12, 0, 3), (12, 1, 3)]
     with pytest.raises(SystemExit):
         long_dependency_scaling.main([*argv, "--lengths", "8,x"])
-    assert "invalid comma-separated int value: '8,x'" in capsys.readouterr().err
+    assert "invalid comma-separated positive int value: '8,x'" in capsys.readouterr().err
 
 
 def _run(length, iterations, converged=True, seed=0, **settings):
@@ -295,7 +312,7 @@ def test_scaling_report_runs_nothing(tmp_path, capsys):
     assert "1.50 times, or +50 | 225, or 200 |" in out
     with pytest.raises(SystemExit):
         long_dependency_scaling.main([*argv, "--fit-from", "0"])
-    assert "--fit-from must be at least 1; got 0" in capsys.readouterr().err
+    assert "argument --fit-from: expected a positive int; got 0" in capsys.readouterr().err
     assert (tmp_path / "long_dependency_scaling_cpu.png").stat().st_size > 0
 
 
@@ -666,7 +683,9 @@ def test_cost_reuses_saved_rows_and_measures_the_rest(tmp_path, monkeypatch, cap
 @pytest.mark.parametrize(("arguments", "message"), [
     (["--model", "lstm"], "only the GILR-LSTM runs compiled"),
     (["--modes", "eager,fused"], "--modes must be among eager, compiled; got 'fused'"),
-    (["--iterations", "0"], "--warmup and --iterations must be at least 1"),
+    (["--iterations", "0"], "argument --iterations: expected a positive int; got 0"),
+    (["--batch-sizes", "4,0"], "argument --batch-sizes: expected a positive int; got 0"),
+    (["--length", "1.5"], "argument --length: invalid positive int value: '1.5'"),
 ])
 def test_cost_refuses_bad_arguments(arguments, message, tmp_path, capsys):
     with pytest.raises(SystemExit):
