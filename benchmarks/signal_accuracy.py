@@ -26,7 +26,7 @@ import argparse
 import numpy as np
 from scipy import signal as ss
 
-from benchmarks._common import environment, write
+from benchmarks._common import environment, positive, write
 from cuscan import signal
 from tests.reference import EXTENDED, direct_form_extended, gustafsson_exact
 
@@ -114,8 +114,8 @@ def study(name: str, count: int, length: int, seed: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--designs", type=int, default=300)
-    parser.add_argument("--length", type=int, default=2000)
+    parser.add_argument("--designs", type=positive(int), default=300)
+    parser.add_argument("--length", type=positive(int), default=2000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if not EXTENDED:

@@ -21,7 +21,7 @@ import json
 import numpy as np
 
 import cuscan
-from benchmarks._common import commit
+from benchmarks._common import commit, positive
 
 LENGTHS = [16, 256, 4096, 65536]
 FEATURES = [4, 32, 128]
@@ -118,7 +118,7 @@ def table(result: dict) -> str:
 def command_line(description: str, run, table, repeats: int) -> None:
     """A GPU benchmark's command line: ``--repeats`` and ``--json``; prints ``table(run(...))``."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--repeats", type=positive(int), default=repeats)
     parser.add_argument("--json", default=None, help="write the results here as JSON")
     args = parser.parse_args()
     result = run(args.repeats)

@@ -130,7 +130,7 @@ def table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--repeats", type=_common.positive(int), default=10)
     parser.add_argument("--quick", action="store_true", help="small sizes, to check on a CPU")
     parser.add_argument("--out", default=str(_common.RESULTS))
     args = parser.parse_args(argv)
