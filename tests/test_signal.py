@@ -2829,6 +2829,30 @@ def test_framework_ema_scalar_alphas(framework):
             np.testing.assert_allclose(framework.array(got), want, rtol=rtol / 10, atol=rtol / 10)
 
 
+def test_framework_ema_alpha_tensor_beside_a_numpy_signal(framework):
+    """An alpha tensor with a NumPy signal: the framework's result, differentiable with
+    respect to alpha, in JAX and TensorFlow (whose operators take NumPy arrays); refused in
+    torch (whose do not), as a tensor decay with NumPy impulses is. The alpha had been
+    converted to NumPy, its gradient lost without a word."""
+    x = np.random.default_rng(43).standard_normal((2, 30))
+    weights = np.random.default_rng(44).standard_normal((2, 30))
+    alpha = np.array([[0.2], [0.7]])
+    if framework.name == "torch":
+        with pytest.raises(TypeError, match="`x` is a numpy array, `alpha` is a torch array"):
+            signal.ema(x, framework.tensor(alpha))
+        return
+    y = signal.ema(x, framework.tensor(alpha), adjust=True)
+    assert framework.is_native(y)
+    np.testing.assert_allclose(framework.array(y), signal.ema(x, alpha, adjust=True),
+                               rtol=1e-12)
+    [got] = framework.grad(lambda a: framework.total(signal.ema(x, a, adjust=True) * weights),
+                           alpha)
+    [want] = framework.grad(lambda v, a: framework.total(
+        signal.ema(v, a, adjust=True) * framework.tensor(weights)), x, alpha)[1:]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert np.all(got != 0)
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32", "complex64", "int16", "uint8", "bool"])
 def test_framework_coefficient_dtypes(framework, dtype):
     """Coefficient tensors filter as NumPy coefficients of their dtype do: the same values
