@@ -42,8 +42,9 @@ def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
         `x`'s shape without `axis`); or one per sample (anything that
         broadcasts to `x`'s shape, e.g. varying over time; the weight of a
         sample then decays by ``1 - alpha[t]`` at each later step ``t``).
-        An array comes from `x`'s library (on its device); a list or a scalar
-        goes with any. Its values are checked where they are at hand: not while traced by
+        An array mixes with `x` as `linear_recurrence`'s operands do (NumPy
+        beside JAX or TensorFlow, not beside torch; on `x`'s device); a list or
+        a scalar goes with any. Its values are checked where they are at hand: not while traced by
         ``jax.jit``, ``tf.function``, ``torch.compile`` or ``torch.func``.
     axis : int, default -1
         The time axis.
