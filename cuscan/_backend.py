@@ -26,8 +26,8 @@ def library(value: object) -> str | None:
     """The library an operand belongs to; None for scalars (Python's and NumPy's) and sequences.
 
     Objects of other libraries that NumPy can convert (``__array__``, as pandas
-    Series and DataFrames have) and that DLPack or CUDA's interface cannot view
-    count as NumPy's.
+    Series and DataFrames have, or NumPy's array interface, as PIL images have) and that
+    DLPack or CUDA's interface cannot view count as NumPy's.
     """
     if type(value) is np.ndarray:
         return "numpy"
@@ -35,7 +35,13 @@ def library(value: object) -> str | None:
         return None
     module = type(value).__module__.partition(".")[0]
     lib = _ALIASES.get(module, module)
-    return "numpy" if _unviewable(lib, value) and hasattr(value, "__array__") else lib
+    return "numpy" if _unviewable(lib, value) and _convertible(value) else lib
+
+
+def _convertible(value: object) -> bool:
+    """Whether NumPy converts ``value`` as an array (not as an object)."""
+    return any(hasattr(value, name) for name in (
+        "__array__", "__array_interface__", "__array_struct__"))
 
 
 def cupy_for(what: str) -> ModuleType:
@@ -90,8 +96,8 @@ def which(operands: dict[str, object]) -> str:
             raise TypeError(
                 f"`{name}` is a {type(value).__name__} from {lib}, which cuscan does not "
                 "support; expected a NumPy or CuPy array, a torch, JAX or TensorFlow tensor, "
-                "an array with __dlpack__, __cuda_array_interface__ or __array__, or a Python "
-                "scalar or sequence"
+                "an array with __dlpack__, __cuda_array_interface__, __array__ or "
+                "__array_interface__, or a Python scalar or sequence"
             )
     if "numpy" in found and len(found) == 2 and found.keys() & _CONVERTING:
         # JAX and TensorFlow take NumPy arrays beside their own, as their operations do

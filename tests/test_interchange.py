@@ -93,6 +93,43 @@ def test_signal_filters_through_dlpack():
     past = x[0, :5]
     np.testing.assert_allclose(signal.lfiltic(*ss.butter(2, 0.2), Exported(past), Exported(past)),
                                ss.lfiltic(*ss.butter(2, 0.2), past, past), rtol=1e-13)
+    # Coefficients too (NumPy took them as objects: "`sos` must hold numbers").
+    b, a = ss.butter(3, 0.2)
+    np.testing.assert_allclose(signal.sosfilt(Exported(sos), x), ss.sosfilt(sos, x),
+                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(signal.lfilter(Exported(b), Exported(a), x), ss.lfilter(b, a, x),
+                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(signal.lfilter_zi(Exported(b), Exported(a)), ss.lfilter_zi(b, a),
+                               rtol=1e-12)
+
+
+def test_numpy_array_interface():
+    """Objects offering only NumPy's array interface (``__array_interface__``, as PIL images,
+    or ``__array_struct__``) are NumPy's arrays, as for NumPy itself."""
+    from cuscan import signal
+
+    class Interface:
+        def __init__(self, array):
+            self.__array_interface__ = array.__array_interface__
+            self.array = array  # kept alive
+
+    class Struct:
+        def __init__(self, array):
+            self.__array_struct__ = array.__array_struct__
+            self.array = array
+
+    rng = np.random.default_rng(8)
+    x, decays = rng.standard_normal((30, 2)), rng.uniform(0, 1, (30, 2))
+    for wrap in (Interface, Struct):
+        np.testing.assert_array_equal(cuscan.linear_recurrence(wrap(decays), wrap(x)),
+                                      cuscan.linear_recurrence(decays, x))
+        np.testing.assert_array_equal(signal.ema(wrap(x), wrap(np.full(2, 0.3)), axis=0),
+                                      signal.ema(x, np.full(2, 0.3), axis=0))
+        np.testing.assert_array_equal(signal.lfilter(wrap(np.ones(2)), [1.0, -0.5], wrap(x),
+                                                     axis=0),
+                                      signal.lfilter(np.ones(2), [1.0, -0.5], x, axis=0))
+    with pytest.raises(TypeError, match="__array_interface__, or a Python scalar"):
+        cuscan.linear_recurrence(0.5, object())
 
 
 def test_arrays_their_library_cannot_export_convert_as_array_likes():

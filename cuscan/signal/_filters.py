@@ -114,8 +114,13 @@ def _host(coefficients, name: str) -> np.ndarray:
                 f"`{name}` is traced by JAX (inside jit, grad, jvp or vmap), but filter "
                 "coefficients are constants to cuscan.signal: pass NumPy arrays, or JAX "
                 "arrays made outside the traced function (jax.numpy makes tracers inside jit)")
-    elif lib == "cupy":
-        coefficients = coefficients.get()
+    elif lib == "cupy" or (lib != "numpy" and _backend.interchangeable(coefficients)):
+        # on a GPU, or any other library's array that DLPack or CUDA's interface views
+        from cuscan import _interchange
+
+        coefficients = _interchange.to_array(coefficients)
+        if not isinstance(coefficients, np.ndarray):
+            coefficients = coefficients.get()
     coefficients = np.asarray(coefficients)
     kind = numpy_kind(coefficients.dtype)
     _numeric(name, kind, coefficients.dtype.itemsize, coefficients.dtype)
