@@ -73,6 +73,19 @@ def test_scopes_reuse_buffers(pool):
     assert len(pool.free) == 4  # the smallest came from a buffer kept before
 
 
+def test_slightly_longer_arrays_share_buffers(pool):
+    """Buffers are whole multiples of _GRAIN bytes, so a scope asking for a little more
+    than an earlier one (a segment a few steps longer) gets the buffer it gave back."""
+    steps = _scratch._MIN_POOLED // 8 + 1
+    with _scratch.Scratch() as scratch:
+        first = scratch.empty((steps,), np.float64)
+    assert [b.nbytes % _scratch._GRAIN for b in pool.free] == [0]
+    with _scratch.Scratch() as scratch:
+        longer = scratch.empty((steps + 3,), np.float64)
+        assert longer.ctypes.data == first.ctypes.data
+    assert len(pool.free) == 1
+
+
 def test_pool_is_bounded(pool, monkeypatch):
     """The pool keeps at most _POOL_BYTES, dropping its oldest buffers first, and hands
     out no buffer more than twice the size asked for."""
