@@ -86,6 +86,21 @@ def test_slightly_longer_arrays_share_buffers(pool):
     assert len(pool.free) == 1
 
 
+def test_a_scope_entered_again_gives_each_buffer_back_once(pool):
+    """A scope used for a second ``with`` gives back only what it took since the first
+    closed: a buffer given twice would go to two later arrays at once."""
+    scratch = _scratch.Scratch()
+    with scratch:
+        scratch.empty((_scratch._MIN_POOLED,), np.uint8)
+    with scratch:
+        pass
+    assert len(pool.free) == 1
+    with scratch:
+        scratch.empty((_scratch._MIN_POOLED,), np.uint8)
+        assert not pool.free
+    assert len(pool.free) == 1
+
+
 def test_pool_is_bounded(pool, monkeypatch):
     """The pool keeps at most _POOL_BYTES, dropping its oldest buffers first, and hands
     out no buffer more than twice the size asked for."""
