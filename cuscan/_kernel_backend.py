@@ -246,6 +246,8 @@ class KernelBackend:
     # ---- the plan ------------------------------------------------------------
 
     def _parallel(self, length: int, channels: int, method: str, major: bool) -> bool:
+        if length <= 1:  # nothing to chunk (and where the carries' recursion ends)
+            return False
         if method == "auto":
             if major:
                 return length >= self.always_parallel_length_major or (
@@ -253,14 +255,16 @@ class KernelBackend:
                     and length * channels >= self.min_parallel_elements_major)
             return (length >= self.min_parallel_length
                     and channels < self.max_parallel_channels)
-        return method == "parallel" and length > 1
+        return method == "parallel"
 
     def _chunking(self, length: int, channels: int, major: bool) -> tuple[int, int]:
+        """Chunk length and count: at least two steps a chunk, so that the carries' scan
+        (over the chunks) is shorter than the scan it serves, whatever the settings."""
         if major:
             chunk = self.major_chunk
         else:
             chunk = max(self.min_chunk, -(-length * channels // self.target_threads))
-        chunk = min(chunk, length)
+        chunk = min(max(chunk, 2), length)
         return chunk, -(-length // chunk)
 
     def _forward(self, a, x, h0, out, length, sizes, dtype, method) -> None:

@@ -217,6 +217,37 @@ def test_host_kernels_run_the_chunked_plan(monkeypatch):
     np.testing.assert_allclose(serial, h, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("axis", [0, 1])  # chunk-major on one channel; channel-major
+def test_chunked_plan_ends_whatever_its_settings(monkeypatch, axis):
+    """The carries' scan is shorter than the scan it serves even with chunks of one step
+    asked for and every length chunked on "auto" (down to a single step, which had
+    recursed without end): the plan ends, and gives the NumPy backend's numbers."""
+    from tests import kernel_host
+
+    rng = np.random.default_rng(7)
+    cases = []
+    for length in (1, 2, 3, 5, 33):
+        shape = (length, 1) if axis == 0 else (4, length)
+        decays, impulses = rng.uniform(-1, 1, shape), rng.standard_normal(shape)
+        h = cuscan.linear_recurrence(decays, impulses, axis=axis, method="serial")
+        grads = cuscan.linear_recurrence_vjp(np.ones_like(h), decays, h, axis=axis)
+        cases.append((decays, impulses, h, grads[:2]))
+    launcher = kernel_host.HostKernels(kernel_host.build())
+    backend = KernelBackend(np, launcher, target_threads=1 << 20, min_chunk=1,
+                            min_parallel_length=1, major_chunk=1, min_parallel_length_major=1,
+                            min_parallel_elements_major=0, always_parallel_length_major=1)
+    monkeypatch.setattr(cuscan._numpy_backend, "forward", backend.forward)
+    monkeypatch.setattr(cuscan._numpy_backend, "backward", backend.backward)
+    for decays, impulses, expected, expected_grads in cases:
+        h = cuscan.linear_recurrence(decays, impulses, axis=axis)
+        np.testing.assert_allclose(h, expected, rtol=1e-12, atol=1e-12)
+        grads = cuscan.linear_recurrence_vjp(np.ones_like(h), decays, h, axis=axis)
+        for got, want in zip(grads[:2], expected_grads, strict=True):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    assert "linear_recurrence_fwd_rescan" in launcher.launches
+    assert "linear_recurrence_bwd_rescan" in launcher.launches
+
+
 @pytest.mark.parametrize("axis", [0, -1])  # chunks of 16 steps; of 8, chunk-major
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_overflow_persists_with_the_gpu_chunking(monkeypatch, axis, dtype):
