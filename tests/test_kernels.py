@@ -17,7 +17,7 @@ import pytest
 
 import cuscan
 from cuscan import _dtypes, _kernels
-from cuscan._kernel_backend import KernelBackend, Operand, _chunk_major, _merge
+from cuscan._kernel_backend import KEPT_LAUNCHES, KernelBackend, Operand, _chunk_major, _merge
 from tests.conftest import IN_CI, dtype_of
 
 # The architectures each CUDA major's NVRTC compiles for: the oldest it supports, those of
@@ -374,6 +374,10 @@ def test_serial_launches_kept_by_layout(monkeypatch):
     check(*fresh((16, 4)))
     assert len(layouts) == 12
     assert "linear_recurrence_fwd_reduce" in launcher.launches
+    # at most KEPT_LAUNCHES layouts are kept (a new one beyond them starts the store afresh)
+    for length in range(1, KEPT_LAUNCHES + 2):
+        cuscan.linear_recurrence(0.5, np.ones((length, 1)), method="serial")
+    assert 1 <= len(backend._kept) <= KEPT_LAUNCHES
 
 
 def test_kernel_source_ships_in_the_wheel(tmp_path):
