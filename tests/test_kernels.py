@@ -248,6 +248,33 @@ def test_chunked_plan_ends_whatever_its_settings(monkeypatch, axis):
     assert "linear_recurrence_bwd_rescan" in launcher.launches
 
 
+@pytest.mark.parametrize(("shape", "axis", "chunked"), [
+    ((4096, 4), 0, True),  # channels adjacent: from min_parallel_length steps
+    ((4095, 4), 0, False),
+    ((128, 1024), 1, True),  # steps adjacent: from min_parallel_elements_major elements...
+    ((127, 1024), 1, False),
+    ((128, 1023), 1, False),  # ... of at least min_parallel_length_major steps
+    ((1, 8192), 1, True),  # and from always_parallel_length_major steps whatever the count
+    ((1, 8191), 1, False),
+])
+def test_auto_method_follows_the_measured_crossovers(monkeypatch, shape, axis, chunked):
+    """``method="auto"`` chunks a layout where the crossovers measured on the GPU say (the
+    defaults of KernelBackend), forward and backward, and runs the serial kernel below
+    them."""
+    from tests import kernel_host
+
+    launcher = kernel_host.HostKernels(kernel_host.build())
+    backend = KernelBackend(np, launcher)
+    monkeypatch.setattr(cuscan._numpy_backend, "forward", backend.forward)
+    monkeypatch.setattr(cuscan._numpy_backend, "backward", backend.backward)
+    decays = np.full(shape, 0.5, np.float32)
+    h = cuscan.linear_recurrence(decays, np.ones(shape, np.float32), axis=axis)
+    cuscan.linear_recurrence_vjp(np.ones_like(h), decays, h, axis=axis)
+    assert ("linear_recurrence_fwd_reduce" in launcher.launches) == chunked
+    assert ("linear_recurrence_bwd_reduce" in launcher.launches) == chunked
+    np.testing.assert_allclose(np.take(h, -1, axis), 2 * (1 - 0.5 ** shape[axis]), rtol=1e-6)
+
+
 @pytest.mark.parametrize("axis", [0, -1])  # chunks of 16 steps; of 8, chunk-major
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_overflow_persists_with_the_gpu_chunking(monkeypatch, axis, dtype):
