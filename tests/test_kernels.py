@@ -217,7 +217,7 @@ def test_host_kernels_run_the_chunked_plan(monkeypatch):
     np.testing.assert_allclose(serial, h, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("axis", [0, 1])  # chunk-major on one channel; channel-major
+@pytest.mark.parametrize("axis", [0, 1])  # channels adjacent; steps adjacent (chunk-major)
 def test_chunked_plan_ends_whatever_its_settings(monkeypatch, axis):
     """The carries' scan is shorter than the scan it serves even with chunks of one step
     asked for and every length chunked on "auto" (down to a single step, which had
@@ -227,7 +227,7 @@ def test_chunked_plan_ends_whatever_its_settings(monkeypatch, axis):
     rng = np.random.default_rng(7)
     cases = []
     for length in (1, 2, 3, 5, 33):
-        shape = (length, 1) if axis == 0 else (4, length)
+        shape = (length, 4) if axis == 0 else (4, length)
         decays, impulses = rng.uniform(-1, 1, shape), rng.standard_normal(shape)
         h = cuscan.linear_recurrence(decays, impulses, axis=axis, method="serial")
         grads = cuscan.linear_recurrence_vjp(np.ones_like(h), decays, h, axis=axis)
