@@ -428,6 +428,29 @@ def test_promotion_follows_numpy(backend):
     assert cuscan.linear_recurrence(np.float16(0.5), f32).dtype == np.float32
 
 
+@pytest.mark.parametrize(("other", "expected"), [
+    ("float16", "float32"),  # neither half type holds the other
+    ("bool", "bfloat16"), ("int8", "bfloat16"), ("uint8", "bfloat16"),  # as float16 does
+    ("int16", "float32"), ("int32", "float64"), ("float32", "float32"),
+    ("complex64", "complex64"), ("bfloat16", "bfloat16"),
+])
+def test_bfloat16_promotes_as_float16(backend, other, expected):
+    """bfloat16 beside another array promotes as float16 would, except that with float16 it
+    gives float32; a complex scalar makes it complex64, a float scalar leaves it. The
+    values are the reference's in that dtype, whichever operand is which."""
+    rng = np.random.default_rng(59)
+    half = make(rng, (70, 3), "bfloat16", 0.5, 1.0)
+    if other[0] in "biu":  # small integers; as decays, ones
+        values, decays = rng.integers(0, 2, (70, 3)).astype(other), np.ones((70, 3), other)
+    else:
+        values = decays = make(rng, (70, 3), other, 0.5, 1.0)
+    check(backend, half, values, dtype=dtype_of(expected))
+    check(backend, decays, half, dtype=dtype_of(expected))
+    f = backend.asarray(half)
+    assert cuscan.linear_recurrence(0.5, f).dtype == dtype_of("bfloat16")
+    assert cuscan.linear_recurrence(f, f, 0.5j).dtype == np.complex64
+
+
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "complex64", "complex128"])
 def test_numpy_non_native_byte_order(method, dtype):
