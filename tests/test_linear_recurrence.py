@@ -1086,7 +1086,8 @@ def test_numpy_nested(monkeypatch, nested):
     of 4 steps and single products of at most 8, so that the blocks nest several deep): the
     reference's results forward and backward, in every float dtype, along either axis, both
     directions, from an initial state, lengths the blocks do not divide; where a sample is
-    not finite, or the state overflows, the scan carries it as the serial loop does."""
+    not finite, or the state or the decay's powers overflow, the scan carries it as the serial
+    loop does."""
     from cuscan import _numpy_backend
 
     if nested:
@@ -1116,16 +1117,21 @@ def test_numpy_nested(monkeypatch, nested):
                     expected = reference.linear_recurrence(np.conj(decays), weights, **flipped)
                     scale = reference.error_scale(decays, weights, **flipped)
                     assert_close(grads[1], expected, scale, grads[1].dtype, length)
-    # Not finite: a NaN from its step on, and a state overflowing as the serial loop's does.
+    # Not finite: a NaN from its step on, a state overflowing as the serial loop's does, and
+    # a decay whose powers overflow within the first block (no product is made).
     length = lengths[-1]
     impulses = rng.uniform(-1, 1, (length, 3))
     impulses[length // 2, 1] = np.nan
-    for decays, x in ((0.9, impulses), (1e30, np.full((length, 3), 1e30))):
+    for decays, x in ((0.9, impulses), (1e30, np.full((length, 3), 1e30)),
+                      (np.float32(1e12), np.ones((length, 3), np.float32))):
         ran.clear()
         result = cuscan.linear_recurrence(decays, x)
         assert ran[0] is False
         np.testing.assert_allclose(result, cuscan.linear_recurrence(decays, x, method="serial"),
-                                   rtol=1e-12)
+                                   rtol=1e-12 if x.dtype == np.float64 else 1e-6)
+    # and so whatever the result held before
+    out = np.zeros((length, 3), np.float32)
+    assert not _numpy_backend._nested(np.float32(1e12), np.ones_like(out), out[0], out)
 
 
 def test_numpy_nested_rule(monkeypatch):
