@@ -652,7 +652,8 @@ def test_zero_phase_products(monkeypatch):
     would fail): SciPy's results for every padding, a given padlen and irlen, and a complex
     filter, along any axis, on reversed views, for float32 (rounded once), complex and
     integer signals; within rounding of the scheme's, in C order. A non-finite sample takes
-    the scheme, which keeps a FIR filter's NaN where SciPy does; signals longer than
+    the scheme, which keeps a FIR filter's NaN where SciPy does, and so does an unstable
+    filter whose matrix is not finite (its output for the signal is); signals longer than
     _ZERO_PHASE_LENGTH and empty ones never take a product (tensors:
     `test_framework_zero_phase_products`)."""
     monkeypatch.setattr(_chunks, "_direct_kept", collections.OrderedDict())
@@ -711,6 +712,15 @@ def test_zero_phase_products(monkeypatch):
         assert np.isfinite(result[1]).sum() > 50
         both = np.isfinite(expected)
         np.testing.assert_allclose(result[both], expected[both], rtol=1e-10, atol=1e-12)
+    # nor where the matrix is not finite: an unstable filter's output for a unit signal at
+    # the start overflows, for one that starts late it does not
+    grows = [1.0], [1.0, -4.0]
+    x = np.zeros((2, 300))
+    x[:, -10:] = rng.standard_normal((2, 10))
+    for _ in range(1 + _chunks._DIRECT_AFTER):
+        expected = ss.filtfilt(*grows, x)
+        assert np.isfinite(expected).all()
+        np.testing.assert_allclose(signal.filtfilt(*grows, x), expected, rtol=1e-10)
     # no product: longer signals, empty ones, tensors
     _chunks._direct_kept.clear()
     longer = rng.standard_normal(_filtfilt._ZERO_PHASE_LENGTH + 1)
