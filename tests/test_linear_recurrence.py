@@ -1130,8 +1130,8 @@ def test_numpy_nested(monkeypatch, nested):
         np.testing.assert_allclose(result, cuscan.linear_recurrence(decays, x, method="serial"),
                                    rtol=1e-12 if x.dtype == np.float64 else 1e-6)
     # and so whatever the result held before
-    out = np.zeros((length, 3), np.float32)
-    assert not _numpy_backend._nested(np.float32(1e12), np.ones_like(out), out[0], out)
+    out, start = np.zeros((length, 3), np.float32), np.zeros(3, np.float32)
+    assert not _numpy_backend._nested(np.float32(1e12), np.ones_like(out), start, out)
 
 
 def test_numpy_nested_rule(monkeypatch):
