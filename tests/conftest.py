@@ -14,7 +14,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from cuscan import _api, _dtypes, _numpy_backend
+from cuscan import _api, _dtypes
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 DTYPES = _dtypes.SUPPORTED_NAMES
@@ -77,9 +77,9 @@ def backend(request, monkeypatch) -> Backend:
     if request.param == "host-kernels":
         if not (IN_CI or shutil.which("g++")):
             pytest.skip("needs g++ to compile the kernels for the host")
-        kernels = _host_kernels()
-        monkeypatch.setattr(_numpy_backend, "forward", kernels.forward)
-        monkeypatch.setattr(_numpy_backend, "backward", kernels.backward)
+        from tests import kernel_host
+
+        kernel_host.install(monkeypatch, _host_kernels())
     return Backend("numpy")
 
 

@@ -196,11 +196,8 @@ def test_states_beyond_four_channel_dimensions_are_inputs(backend, reverse):
 def test_host_kernels_run_the_chunked_plan(monkeypatch):
     from tests import kernel_host
 
-    launcher = kernel_host.HostKernels(kernel_host.build())
-    backend = kernel_host.KernelBackend(np, launcher, target_threads=64, min_chunk=3,
-                                        min_parallel_length=8)
-    monkeypatch.setattr(cuscan._numpy_backend, "forward", backend.forward)
-    monkeypatch.setattr(cuscan._numpy_backend, "backward", backend.backward)
+    launcher = kernel_host.installed(monkeypatch, target_threads=64, min_chunk=3,
+                                     min_parallel_length=8).launch
     rng = np.random.default_rng(0)
     decays, impulses = rng.uniform(0, 1, (2, 500, 3)), rng.standard_normal((2, 500, 3))
     h = cuscan.linear_recurrence(decays, impulses, axis=1, method="parallel")
@@ -232,12 +229,10 @@ def test_chunked_plan_ends_whatever_its_settings(monkeypatch, axis):
         h = cuscan.linear_recurrence(decays, impulses, axis=axis, method="serial")
         grads = cuscan.linear_recurrence_vjp(np.ones_like(h), decays, h, axis=axis)
         cases.append((decays, impulses, h, grads[:2]))
-    launcher = kernel_host.HostKernels(kernel_host.build())
-    backend = KernelBackend(np, launcher, target_threads=1 << 20, min_chunk=1,
-                            min_parallel_length=1, major_chunk=1, min_parallel_length_major=1,
-                            min_parallel_elements_major=0, always_parallel_length_major=1)
-    monkeypatch.setattr(cuscan._numpy_backend, "forward", backend.forward)
-    monkeypatch.setattr(cuscan._numpy_backend, "backward", backend.backward)
+    launcher = kernel_host.installed(
+        monkeypatch, target_threads=1 << 20, min_chunk=1, min_parallel_length=1, major_chunk=1,
+        min_parallel_length_major=1, min_parallel_elements_major=0,
+        always_parallel_length_major=1).launch
     for decays, impulses, expected, expected_grads in cases:
         h = cuscan.linear_recurrence(decays, impulses, axis=axis)
         np.testing.assert_allclose(h, expected, rtol=1e-12, atol=1e-12)
@@ -263,10 +258,7 @@ def test_auto_method_follows_the_measured_crossovers(monkeypatch, shape, axis, c
     them."""
     from tests import kernel_host
 
-    launcher = kernel_host.HostKernels(kernel_host.build())
-    backend = KernelBackend(np, launcher)
-    monkeypatch.setattr(cuscan._numpy_backend, "forward", backend.forward)
-    monkeypatch.setattr(cuscan._numpy_backend, "backward", backend.backward)
+    launcher = kernel_host.installed(monkeypatch).launch
     decays = np.full(shape, 0.5, np.float32)
     h = cuscan.linear_recurrence(decays, np.ones(shape, np.float32), axis=axis)
     cuscan.linear_recurrence_vjp(np.ones_like(h), decays, h, axis=axis)
@@ -285,10 +277,7 @@ def test_overflow_persists_with_the_gpu_chunking(monkeypatch, axis, dtype):
     from tests.conftest import Backend
     from tests.test_linear_recurrence import check_overflow_persists
 
-    launcher = kernel_host.HostKernels(kernel_host.build())
-    backend = KernelBackend(np, launcher)
-    monkeypatch.setattr(cuscan._numpy_backend, "forward", backend.forward)
-    monkeypatch.setattr(cuscan._numpy_backend, "backward", backend.backward)
+    launcher = kernel_host.installed(monkeypatch).launch
     check_overflow_persists(Backend("numpy"), "auto", axis, dtype)
     assert "linear_recurrence_fwd_rescan" in launcher.launches
     assert "linear_recurrence_bwd_rescan" in launcher.launches
@@ -303,10 +292,7 @@ def test_half_stores_round_to_nearest_even(monkeypatch, dtype_name):
     from tests import kernel_host
 
     dtype = dtype_of(dtype_name)
-    launcher = kernel_host.HostKernels(kernel_host.build())
-    backend = KernelBackend(np, launcher)
-    monkeypatch.setattr(cuscan._numpy_backend, "forward", backend.forward)
-    monkeypatch.setattr(cuscan._numpy_backend, "backward", backend.backward)
+    launcher = kernel_host.installed(monkeypatch).launch
     rng = np.random.default_rng(53)
     length, channels = 300, 64
     decays = rng.uniform(-1, 1, (length, channels)).astype(dtype)
@@ -350,10 +336,8 @@ def test_serial_launches_kept_by_layout(monkeypatch):
     needed copies, and a change of setting plan afresh."""
     from tests import kernel_host, reference
 
-    launcher = kernel_host.HostKernels(kernel_host.build())
-    backend = kernel_host.KernelBackend(np, launcher)
-    monkeypatch.setattr(cuscan._numpy_backend, "forward", backend.forward)
-    monkeypatch.setattr(cuscan._numpy_backend, "backward", backend.backward)
+    backend = kernel_host.installed(monkeypatch)
+    launcher = backend.launch
     layouts = []
     plan = backend._layout
     monkeypatch.setattr(backend, "_layout", lambda *args, **kwargs: (

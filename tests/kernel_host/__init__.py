@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cuscan import _kernels
+from cuscan import _kernels, _numpy_backend
 from cuscan._kernel_backend import KernelBackend
 
 HERE = Path(__file__).resolve().parent
@@ -65,3 +65,17 @@ def backend(library: ctypes.CDLL) -> KernelBackend:
     return KernelBackend(np, HostKernels(library), target_threads=64, min_chunk=3,
                          min_parallel_length=8, major_chunk=3, min_parallel_length_major=8,
                          min_parallel_elements_major=0)
+
+
+def install(monkeypatch, backend: KernelBackend) -> KernelBackend:
+    """``backend`` in place of the NumPy backend's forward and backward, for one test."""
+    monkeypatch.setattr(_numpy_backend, "forward", backend.forward)
+    monkeypatch.setattr(_numpy_backend, "backward", backend.backward)
+    return backend
+
+
+def installed(monkeypatch, **settings) -> KernelBackend:
+    """The kernels compiled for the host behind a KernelBackend of ``settings`` (its
+    defaults: the GPU's plan), installed for one test (`install`); its ``launch`` is a
+    `HostKernels`, which records each launch."""
+    return install(monkeypatch, KernelBackend(np, HostKernels(build()), **settings))
