@@ -128,28 +128,34 @@ def laid_out_problems(draw):
     }
 
 
-def laid_out(backend, values, layout):
-    """An array of ``backend`` equal to ``values``, viewed from memory laid out as
-    ``layout`` says; the elements the view skips hold NaN. Values to be broadcast
-    along an axis must be constant along it."""
+def in_memory(values, layout):
+    """The memory ``layout`` lays ``values`` out in, the elements a view skips holding NaN
+    (values to be broadcast along an axis, which must be constant along it, stored once),
+    and the order of its axes and the slices that view it as ``values``."""
     order, steps, broadcast = layout
-    shape = values.shape
     if broadcast is not None:
         values = np.take(values, [0], broadcast)
     stored = [n * abs(s) for n, s in zip(values.shape, steps, strict=True)]
     memory = np.full([stored[d] for d in order], np.nan, values.dtype)
+    axes = tuple(np.argsort(order).tolist())
     pick = tuple(slice(None, None, s) for s in steps)
-    np.transpose(memory, np.argsort(order))[pick] = values
+    np.transpose(memory, axes)[pick] = values
+    return memory, axes, pick
+
+
+def laid_out(backend, values, layout):
+    """An array of ``backend`` equal to ``values``, viewed from memory laid out as
+    ``layout`` says (`in_memory`)."""
+    memory, axes, pick = in_memory(values, layout)
     xp = backend.xp
-    view = xp.transpose(backend.asarray(memory), tuple(np.argsort(order).tolist()))[pick]
-    return view if broadcast is None else xp.broadcast_to(view, shape)
+    view = xp.transpose(backend.asarray(memory), axes)[pick]
+    return view if layout[2] is None else xp.broadcast_to(view, values.shape)
 
 
-@hypothesis.settings(SETTINGS, max_examples=200)
-@hypothesis.given(problem=laid_out_problems())
-def test_any_layout(backend, problem):
-    """Strided, transposed, reversed and broadcast views of up to six dimensions give
-    the reference's result, and the gradients of the same values laid out contiguously."""
+def laid_out_values(problem) -> tuple[dict, dict]:
+    """Random decays, impulses, initial state (or None) and grad_output for a problem of
+    `laid_out_problems`, each constant along the axis its layout broadcasts, and the
+    keyword arguments."""
     rng = np.random.default_rng(problem["seed"])
     dtype, shape, axis = np.dtype(problem["dtype"]), problem["shape"], problem["axis"]
     state_shape = shape[:axis % len(shape)] + shape[axis % len(shape) + 1:]
@@ -159,14 +165,23 @@ def test_any_layout(backend, problem):
         "initial_state": make(rng, state_shape, dtype, -1.0) if problem["state"] else None,
         "grad_output": make(rng, shape, dtype, -1.0),
     }
-    layouts = problem["layouts"]
-    for name, layout in layouts.items():  # broadcast values are constant along their axis
+    for name, (_, _, broadcast) in problem["layouts"].items():
         value = values[name]
-        if value is not None and layout[2] is not None:
-            values[name] = np.broadcast_to(np.take(value, [0], layout[2]), value.shape).copy()
+        if value is not None and broadcast is not None:
+            values[name] = np.broadcast_to(np.take(value, [0], broadcast), value.shape).copy()
+    return values, {"axis": axis, "reverse": problem["reverse"]}
+
+
+@hypothesis.settings(SETTINGS, max_examples=200)
+@hypothesis.given(problem=laid_out_problems())
+def test_any_layout(backend, problem):
+    """Strided, transposed, reversed and broadcast views of up to six dimensions give
+    the reference's result, and the gradients of the same values laid out contiguously."""
+    dtype, shape, axis = np.dtype(problem["dtype"]), problem["shape"], problem["axis"]
+    values, kwargs = laid_out_values(problem)
+    layouts = problem["layouts"]
     views = {name: None if v is None else laid_out(backend, v, layouts[name])
              for name, v in values.items()}
-    kwargs = {"axis": axis, "reverse": problem["reverse"]}
 
     h = cuscan.linear_recurrence(views["decays"], views["impulses"], views["initial_state"],
                                  method=problem["method"], **kwargs)

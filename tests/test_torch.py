@@ -73,6 +73,54 @@ def test_layouts_broadcasting_and_scalars(device):
         np.testing.assert_allclose(h.cpu().numpy(), expected, rtol=1e-12)
 
 
+def test_any_layout(device):
+    """Permuted, strided and expanded (stride 0) tensors of up to six dimensions give the
+    reference's result, and autograd gives them the gradients of the same values as
+    contiguous NumPy arrays."""
+    from tests import test_properties as properties
+
+    hypothesis = properties.hypothesis
+
+    @hypothesis.settings(properties.SETTINGS, max_examples=100)
+    @hypothesis.given(problem=properties.laid_out_problems())
+    def check(problem):
+        values, kwargs = properties.laid_out_values(problem)
+        dtype, length = np.dtype(problem["dtype"]), problem["shape"][problem["axis"]]
+        views = {}
+        for name, value in values.items():
+            if value is not None:  # a forward step along each axis, as torch's strides are
+                order, steps, broadcast = problem["layouts"][name]
+                memory, axes, pick = properties.in_memory(
+                    value, (order, [abs(step) for step in steps], broadcast))
+                view = torch.from_numpy(memory).to(device).permute(axes)[pick]
+                views[name] = view if broadcast is None else view.expand(value.shape)
+        inputs = [views.get(name) for name in ("decays", "impulses", "initial_state")]
+        for view in inputs:
+            if view is not None:
+                view.requires_grad_(True)
+        h = cuscan.linear_recurrence(*inputs, method=problem["method"], **kwargs)
+        expected = reference.linear_recurrence(values["decays"], values["impulses"],
+                                               values["initial_state"], **kwargs)
+        assert tuple(h.shape) == expected.shape
+        if not expected.size:
+            return
+        scale = reference.error_scale(values["decays"], values["impulses"],
+                                      values["initial_state"], **kwargs)
+        assert_close(h.detach().cpu().numpy(), expected, scale, dtype, length)
+        h.backward(views["grad_output"])
+        plain = cuscan.linear_recurrence_vjp(values["grad_output"], values["decays"],
+                                             expected.astype(dtype), values["initial_state"],
+                                             **kwargs)
+        for view, gradient in zip(inputs, plain, strict=True):
+            if view is None:
+                continue
+            assert tuple(view.grad.shape) == gradient.shape
+            assert_close(view.grad.cpu().numpy(), gradient, np.abs(gradient).max(), dtype,
+                         length)
+
+    check()
+
+
 def test_conversions_share_memory(device):
     for dtype in (torch.float32, torch.bfloat16, torch.complex64):
         tensor = torch.zeros(7, 5, dtype=dtype, device=device).t()[1:]
