@@ -123,14 +123,17 @@ def test_any_layout(device):
 
 def test_conversions_share_memory(device):
     for dtype in (torch.float32, torch.bfloat16, torch.complex64):
-        tensor = torch.zeros(7, 5, dtype=dtype, device=device).t()[1:]
-        array = _torch.to_array(tensor)
-        pointer = array.data.ptr if device.type == "cuda" else array.ctypes.data
-        assert pointer == tensor.data_ptr()
-        assert array.shape == tuple(tensor.shape)
-        back = _torch.from_array(array)
-        assert back.data_ptr() == tensor.data_ptr()
-        assert back.dtype == dtype
+        transposed = torch.zeros(7, 5, dtype=dtype, device=device).t()[1:]
+        expanded = torch.zeros(5, 1, dtype=dtype, device=device).expand(5, 3)
+        for tensor in (transposed, expanded):
+            array = _torch.to_array(tensor)
+            pointer = array.data.ptr if device.type == "cuda" else array.ctypes.data
+            assert pointer == tensor.data_ptr()
+            assert array.shape == tuple(tensor.shape)
+            assert [s // array.itemsize for s in array.strides] == list(tensor.stride())
+            back = _torch.from_array(array)
+            assert back.data_ptr() == tensor.data_ptr()
+            assert back.dtype == dtype
 
 
 @pytest.fixture
