@@ -51,7 +51,10 @@ def _view(buffer, writeable: bool = False):
     # Built from the pointer so that bfloat16 needs no support in the interface.
     storage = np.dtype(np.uint16) if _dtypes.is_bfloat16(dtype) else dtype
     size = math.prod(buffer.shape) * storage.itemsize
-    memory = cupy.cuda.UnownedMemory(interface["data"][0], size, buffer)
+    # The device is named, as XLA hands empty buffers over with a null pointer, whose device
+    # CuPy cannot look up (the state's gradient of no steps has empty operands).
+    memory = cupy.cuda.UnownedMemory(interface["data"][0], size, buffer,
+                                     buffer.__dlpack_device__()[1])
     array = cupy.ndarray(buffer.shape, storage, cupy.cuda.MemoryPointer(memory, 0))
     return array.view(dtype) if storage != dtype else array
 

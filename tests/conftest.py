@@ -83,6 +83,17 @@ def backend(request, monkeypatch) -> Backend:
     return Backend("numpy")
 
 
+@pytest.fixture(autouse=True)
+def jax_effects_awaited():
+    """Once JAX is imported, waits for its effects after each test: on a GPU, an error raised
+    in cuscan's buffer callbacks is held in JAX's runtime token until then, so the test it
+    came from fails, not JAX's exit."""
+    yield
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        jax.effects_barrier()
+
+
 def decays_near_one(dtype: str, length: int):
     """Two channels of ``length`` steps in ``dtype``, float32 or complex64: decays of
     1 - 10^-5 and 1, or of modulus 1 (rotations, as in state-space models), one per channel,
