@@ -22,7 +22,7 @@ import os
 import numpy as np
 
 import cuscan
-from benchmarks._common import commit, without_options
+from benchmarks._common import commit
 from benchmarks.table1 import command_line, device_description, gpu_time
 
 # (T, C): many channels, a balanced shape, few channels over a long time.
@@ -136,5 +136,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    without_options(__doc__)
     main()

@@ -28,6 +28,7 @@ import numpy as np
 
 import cuscan
 from benchmarks._common import environment, without_options, write
+from benchmarks.table1 import device_description
 
 LENGTHS = [2**11, 2**18, 10**6]
 PORTABLE_MAX = 2**18  # the portable scans' longest
@@ -114,17 +115,18 @@ def _jax():
     return run
 
 
-def contestants() -> tuple[str, dict]:
-    """The device's name and each contestant's (methods, longest length, runner, whether
+def contestants() -> tuple[dict, dict]:
+    """The setting (the device's name; on a GPU its driver's, runtime's and CuPy's versions;
+    the frameworks' versions) and each contestant's (methods, longest length, runner, whether
     its gradient conjugates complex decays)."""
     found = {"numpy": (["serial", "parallel"], max(LENGTHS), _core(np.asarray, np.asarray),
                        True)}
-    device = "cpu"
+    described = {"device": "cpu"}
     try:
         import cupy
 
         if cupy.cuda.runtime.getDeviceCount():
-            device = cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+            described = device_description(cupy)
             found["cupy"] = (["serial", "parallel"], max(LENGTHS),
                              _core(cupy.asarray, cupy.asnumpy), True)
     except Exception:  # no CuPy, or no driver or device
@@ -135,10 +137,13 @@ def contestants() -> tuple[str, dict]:
         runner = make()
         if runner is None:
             continue
+        if not name.startswith("kernels"):
+            module = name.split()[0]
+            described[module] = importlib.import_module(module).__version__
         methods = ["serial", "parallel"] if name.startswith("kernels") else ["auto"]
         longest = max(LENGTHS) if name.startswith("kernels") else PORTABLE_MAX
         found[name] = (methods, longest, runner, conjugates)
-    return device, found
+    return described, found
 
 
 def main() -> None:
@@ -146,7 +151,7 @@ def main() -> None:
     from tests import reference
     from tests.reference import relative_error
 
-    device, found = contestants()
+    described, found = contestants()
     rows = []
     print(f"{'contestant':22} {'method':8} {'dtype':9} {'layout':6} {'T':>8} "
           f"{'h error':>9} {'/bound':>7} {'grad error':>10} {'/bound':>7}")
@@ -176,8 +181,8 @@ def main() -> None:
                               f"{row['error']:9.2e} {row['error'] / bound:7.2f} "
                               f"{row['grad_error']:10.2e} {row['grad_error'] / bound:7.2f}",
                               flush=True)
-    path = write(f"precision_{device.replace(' ', '-')}",
-                 {"environment": {**environment(), "device": device}, "rows": rows})
+    path = write(f"precision_{described['device'].replace(' ', '-')}",
+                 {"environment": {**environment(), **described}, "rows": rows})
     print(f"wrote {path}")
 
 

@@ -3,6 +3,7 @@ know, with a usage message, before it runs and rewrites its record in benchmarks
 
 from __future__ import annotations
 
+import ast
 import re
 import shutil
 import subprocess
@@ -22,8 +23,25 @@ def test_commands_found():
     assert {"overhead", "bandwidth", "peers", "table2", "long_dependency"} <= set(COMMANDS)
 
 
+def documented_options(name: str) -> set[str]:
+    """The options the command lines in a benchmark's docstring show (each command line runs
+    to the next blank line)."""
+    doc = ast.get_docstring(ast.parse((ROOT / "benchmarks" / f"{name}.py").read_text()))
+    lines = re.findall(rf"python -m benchmarks\.{name}\b.*(?:\n.+)*", doc)
+    return {option for line in lines for option in re.findall(r"--[a-z][\w-]*", line)}
+
+
+def test_documented_options_found():
+    assert documented_options("bandwidth") == {"--repeats", "--json"}
+    assert {"--checkpoint", "--sequences", "--before-last-update"} == documented_options(
+        "long_dependency_held_out")  # over continued lines
+    assert documented_options("precision") == set()
+
+
 @pytest.mark.parametrize("name", COMMANDS)
 def test_unknown_option_refused(name):
+    """An option the benchmark does not know is refused, with a usage that names every
+    option the benchmark's docstring shows."""
     result = subprocess.run([sys.executable, "-m", f"benchmarks.{name}", "--no-such-option"],
                             cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     missing = re.search(r"No module named '(\w+)", result.stderr)
@@ -31,6 +49,8 @@ def test_unknown_option_refused(name):
         require(missing[1])  # a framework the benchmark imports: skipped without it, outside CI
     assert result.returncode == 2, result.stderr
     assert re.match(rf"usage: {name}\.py ", result.stderr), result.stderr
+    usage = result.stderr.split(f"\n{name}.py: error:")[0]
+    assert documented_options(name) <= set(re.findall(r"--[a-z][\w-]*", usage)), usage
 
 
 @pytest.mark.parametrize("name", ["gpu-check", "gpu-experiments"])
