@@ -116,13 +116,16 @@ def table(result: dict) -> str:
 
 
 def command_line(description: str, run, table, repeats: int) -> None:
-    """A GPU benchmark's command line: ``--repeats`` and ``--json``; prints ``table(run(...))``."""
+    """A GPU benchmark's command line: ``--repeats`` and ``--json``; prints the device, the
+    commit and the versions, then ``table(run(...))``."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--repeats", type=positive(int), default=repeats)
     parser.add_argument("--json", default=None, help="write the results here as JSON")
     args = parser.parse_args()
     result = run(args.repeats)
     print(f"{result['environment']['device']}, commit {result['commit']}")
+    print(", ".join(f"{name} {value}" for name, value in result["environment"].items()
+                    if name != "device"))
     print(table(result))
     if args.json:
         with open(args.json, "w") as file:
