@@ -71,3 +71,43 @@ def test_gpu_scripts_command_line(name):
     refused = run("--no-such-option")
     assert refused.returncode == 2
     assert "unknown argument --no-such-option" in refused.stderr
+
+
+def test_compare_commits(tmp_path):
+    """scripts/compare-commits runs a command on each exported commit's library, ahead of
+    the tree's own (which Python would otherwise find first, in the working directory)."""
+    if shutil.which("bash") is None or shutil.which("git") is None:
+        pytest.skip("needs bash and git")
+    script = ROOT / "scripts" / "compare-commits"
+
+    def run(*arguments):
+        return subprocess.run(["bash", str(script), *arguments], capture_output=True, text=True,
+                              timeout=120, check=False)
+
+    helped = run("--help")
+    assert helped.returncode == 0, helped.stderr
+    assert "  scripts/compare-commits [--dir DIR] export REV..." in helped.stdout
+    assert "#" not in helped.stdout
+    for refused in (run("--no-such-option"), run("--dir", str(tmp_path), "run", "--", "true"),
+                    run("--dir", str(tmp_path), "run", "abc"), run("export")):
+        assert refused.returncode == 2
+        assert refused.stderr
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True, check=False)
+    if head.returncode != 0:
+        pytest.skip("needs the repository's history")
+    name = head.stdout.strip()
+    exported = run("--dir", str(tmp_path), "export", "HEAD")
+    assert exported.returncode == 0, exported.stderr
+    assert sorted(path.name for path in (tmp_path / name).iterdir()) == [
+        "COMMIT", "cuscan", "kernels"]
+    shown = run("--dir", str(tmp_path), "run", "--", sys.executable, "-c",
+                "import os, sys, cuscan; print(cuscan.__file__, os.environ['CUSCAN_COMMIT'], "
+                "sys.argv[1], sep='|')", "out_{rev}.json")
+    assert shown.returncode == 0, shown.stderr
+    path, commit, argument = shown.stdout.splitlines()[-1].split("|")
+    assert path == str(tmp_path / name / "cuscan" / "__init__.py")
+    assert commit.startswith(f"cuscan {name}, benchmarks {name}")
+    assert argument == f"out_{name}.json"
+    failed = run("--dir", str(tmp_path), "run", name, "--", "false")
+    assert failed.returncode == 1
