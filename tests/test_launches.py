@@ -1,5 +1,5 @@
-"""The launch profile (benchmarks/launches.py) on a CPU: the GPU backend's plan on NumPy
-arrays, timed by a stand-in for CuPy's events on the host clock, is profiled launch by launch
+"""The launch profile (benchmarks/launches.py): the GPU backend's plan on NumPy arrays, timed
+by a stand-in for CuPy's events on the host clock, and on a GPU, is profiled launch by launch
 in its order, and the table shows each call and its launches."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+import cuscan
 from benchmarks import launches
 from cuscan._kernel_backend import KernelBackend
+from tests.conftest import _gpu_available
 
 
 class _Event:
@@ -119,3 +121,31 @@ def test_table_shows_each_call_and_its_launches():
            "| 5 |" in text
     assert "1024 x 16 float32 time-contiguous forward: device 30 us, floor 10" in text
     assert "fwd_reduce   float32          2048 threads      25 us  83.3%" in text
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _gpu_available(), reason="needs CuPy and a CUDA GPU")
+@pytest.mark.parametrize("axis", [0, 1])
+def test_profile_on_the_gpu(axis):
+    import cupy
+
+    from cuscan import _cupy_backend
+
+    shape = (16384, 16) if axis == 0 else (16, 16384)
+    a, x = cupy.full(shape, 0.5, cupy.float32), cupy.ones(shape, cupy.float32)
+
+    def call():
+        return cuscan.linear_recurrence(a, x, axis=axis, method="parallel")
+
+    backend = _cupy_backend._kernel_backend
+    launch = backend.launch
+    row = launches.profile(cupy, backend, launches.Hold(cupy), call, repeats=3)
+    assert backend.launch is launch
+    assert [(launch["kernel"], launch["dtype"], launch["threads"])
+            for launch in row["launches"]] == _plan(backend, call)
+    assert row["held"]
+    assert all(launch["seconds"] > 0 for launch in row["launches"])
+    assert row["device_s"] > 0
+    assert row["host_s"] > 0
+    np.testing.assert_allclose(cupy.asnumpy(call()[-1] if axis == 0 else call()[:, -1]), 2.0,
+                               rtol=1e-6)  # the profiled calls still compute
