@@ -59,11 +59,12 @@ def _dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
-def run(repeats: int) -> dict:
-    import cupy
-
-    peer = _jax_scan()
-    rows = []
+def operands(cupy, repeats: int):
+    """For each size and dtype in turn: ``(length, channels, dtype name, decays, impulses,
+    copy rate)``, the operands (T, C) on the GPU, from one seed, and the bytes a second that
+    a device-to-device copy of one and a half of them moves (reading and writing), timed as
+    ``gpu_time`` times. The operands' memory is freed before the next; a dtype CuPy cannot
+    hold is skipped, with a message."""
     rng = np.random.default_rng(0)
     for length, channels in SIZES:
         for dtype_name in DTYPES:
@@ -75,43 +76,55 @@ def run(repeats: int) -> dict:
             except (TypeError, ValueError) as error:
                 print(f"skipping {dtype_name}: {error}")
                 continue
-            itemsize = dtype.itemsize
-            forward_bytes = 3 * decays.size * itemsize
-            backward_bytes = 5 * decays.size * itemsize
-            source = cupy.empty(forward_bytes // 2, np.uint8)
+            moved = 3 * decays.size * dtype.itemsize
+            source = cupy.empty(moved // 2, np.uint8)
             target = cupy.empty_like(source)
             copy = gpu_time(cupy, lambda s=source, t=target: t.__setitem__(Ellipsis, s), repeats)
-            copy_GBps = forward_bytes / copy / 1e9
             del source, target
-            for layout in ("channels-contiguous", "time-contiguous"):
-                if layout == "time-contiguous":
-                    a, x, axis = cupy.ascontiguousarray(decays.T), cupy.ascontiguousarray(
-                        impulses.T), -1
-                else:
-                    a, x, axis = decays, impulses, 0
-                forward = gpu_time(cupy, lambda a=a, x=x, axis=axis:
-                                   cuscan.linear_recurrence(a, x, axis=axis), repeats)
-                h = cuscan.linear_recurrence(a, x, axis=axis)
-                go = x
-                backward = gpu_time(cupy, lambda go=go, a=a, h=h, axis=axis:
-                                    cuscan.linear_recurrence_vjp(go, a, h, axis=axis), repeats)
-                row = {
-                    "length": length, "channels": channels, "dtype": dtype_name,
-                    "layout": layout, "forward_s": forward, "backward_s": backward,
-                    "forward_GBps": forward_bytes / forward / 1e9,
-                    "backward_GBps": backward_bytes / backward / 1e9,
-                    "copy_GBps": copy_GBps,
-                }
-                if peer is not None and layout == "channels-contiguous" and dtype_name != "float64":
-                    jnp, scan = peer
-                    ja, jx = jnp.from_dlpack(a), jnp.from_dlpack(x)
-                    row["jax_associative_scan_s"] = gpu_time(
-                        cupy, lambda s=scan, a=ja, x=jx: s(a, x).block_until_ready(),
-                        max(3, repeats // 3))
-                rows.append(row)
-                del h
-            del decays, impulses, a, x
+            yield length, channels, dtype_name, decays, impulses, moved / copy
+            del decays, impulses
             cupy.get_default_memory_pool().free_all_blocks()
+
+
+def layouts(cupy, decays, impulses):
+    """``(layout, decays, impulses, axis)``: the operands as given, channels contiguous along
+    axis 0, then time-contiguous copies along axis -1."""
+    yield "channels-contiguous", decays, impulses, 0
+    yield ("time-contiguous", cupy.ascontiguousarray(decays.T),
+           cupy.ascontiguousarray(impulses.T), -1)
+
+
+def run(repeats: int) -> dict:
+    import cupy
+
+    peer = _jax_scan()
+    rows = []
+    for length, channels, dtype_name, decays, impulses, copy_Bps in operands(cupy, repeats):
+        forward_bytes = 3 * decays.nbytes
+        backward_bytes = 5 * decays.nbytes
+        for layout, a, x, axis in layouts(cupy, decays, impulses):
+            forward = gpu_time(cupy, lambda a=a, x=x, axis=axis:
+                               cuscan.linear_recurrence(a, x, axis=axis), repeats)
+            h = cuscan.linear_recurrence(a, x, axis=axis)
+            go = x
+            backward = gpu_time(cupy, lambda go=go, a=a, h=h, axis=axis:
+                                cuscan.linear_recurrence_vjp(go, a, h, axis=axis), repeats)
+            row = {
+                "length": length, "channels": channels, "dtype": dtype_name,
+                "layout": layout, "forward_s": forward, "backward_s": backward,
+                "forward_GBps": forward_bytes / forward / 1e9,
+                "backward_GBps": backward_bytes / backward / 1e9,
+                "copy_GBps": copy_Bps / 1e9,
+            }
+            if peer is not None and layout == "channels-contiguous" and dtype_name != "float64":
+                jnp, scan = peer
+                ja, jx = jnp.from_dlpack(a), jnp.from_dlpack(x)
+                row["jax_associative_scan_s"] = gpu_time(
+                    cupy, lambda s=scan, a=ja, x=jx: s(a, x).block_until_ready(),
+                    max(3, repeats // 3))
+            rows.append(row)
+            del h, a, x
+        del decays, impulses
     return {"benchmark": "bandwidth", "commit": commit(), "environment": device_description(cupy),
             "repeats": repeats, "rows": rows}
 

@@ -29,7 +29,7 @@ import numpy as np
 
 import cuscan
 from benchmarks._common import commit
-from benchmarks.bandwidth import DTYPES, SIZES, _dtype
+from benchmarks.bandwidth import layouts, operands
 from benchmarks.table1 import command_line, device_description, gpu_time
 
 # One thread that spins until ``ns`` nanoseconds of the GPU's global timer have passed.
@@ -135,45 +135,23 @@ def run(repeats: int) -> dict:
 
     hold = Hold(cupy)
     rows = []
-    rng = np.random.default_rng(0)
-    for length, channels in SIZES:
-        for dtype_name in DTYPES:
-            dtype = _dtype(dtype_name)
-            shape = (length, channels)
-            try:  # on the host: CuPy may not convert to bfloat16 itself
-                decays = cupy.asarray(rng.uniform(0.9, 1.0, shape).astype(dtype))
-                impulses = cupy.asarray(rng.standard_normal(shape).astype(dtype))
-            except (TypeError, ValueError) as error:
-                print(f"skipping {dtype_name}: {error}")
-                continue
-            array_bytes = decays.size * dtype.itemsize
-            source = cupy.empty(array_bytes, np.uint8)
-            target = cupy.empty_like(source)
-            copy = gpu_time(cupy, lambda s=source, t=target: t.__setitem__(Ellipsis, s), repeats)
-            copy_Bps = 2 * array_bytes / copy
-            del source, target
-            for layout in ("channels-contiguous", "time-contiguous"):
-                if layout == "time-contiguous":
-                    a, x, axis = (cupy.ascontiguousarray(decays.T),
-                                  cupy.ascontiguousarray(impulses.T), -1)
-                else:
-                    a, x, axis = decays, impulses, 0
-                h = cuscan.linear_recurrence(a, x, axis=axis)
-                calls = {
-                    "forward": (3, lambda a=a, x=x, axis=axis:
-                                cuscan.linear_recurrence(a, x, axis=axis)),
-                    "backward": (5, lambda a=a, h=h, go=x, axis=axis:
-                                 cuscan.linear_recurrence_vjp(go, a, h, axis=axis)),
-                }
-                for direction, (arrays, call) in calls.items():
-                    rows.append({"length": length, "channels": channels, "dtype": dtype_name,
-                                 "layout": layout, "direction": direction,
-                                 "floor_s": arrays * array_bytes / copy_Bps,
-                                 **profile(cupy, _cupy_backend._kernel_backend, hold, call,
-                                            repeats)})
-                del h, a, x, calls
-            del decays, impulses
-            cupy.get_default_memory_pool().free_all_blocks()
+    for length, channels, dtype_name, decays, impulses, copy_Bps in operands(cupy, repeats):
+        for layout, a, x, axis in layouts(cupy, decays, impulses):
+            h = cuscan.linear_recurrence(a, x, axis=axis)
+            calls = {
+                "forward": (3, lambda a=a, x=x, axis=axis:
+                            cuscan.linear_recurrence(a, x, axis=axis)),
+                "backward": (5, lambda a=a, h=h, go=x, axis=axis:
+                             cuscan.linear_recurrence_vjp(go, a, h, axis=axis)),
+            }
+            for direction, (arrays, call) in calls.items():
+                rows.append({"length": length, "channels": channels, "dtype": dtype_name,
+                             "layout": layout, "direction": direction,
+                             "floor_s": arrays * decays.nbytes / copy_Bps,
+                             **profile(cupy, _cupy_backend._kernel_backend, hold, call,
+                                       repeats)})
+            del h, a, x, calls
+        del decays, impulses
     return {"benchmark": "launches", "commit": commit(), "environment": device_description(cupy),
             "repeats": repeats, "rows": rows}
 
