@@ -144,7 +144,8 @@ def test_profile_on_the_gpu(axis):
     assert [(launch["kernel"], launch["dtype"], launch["threads"])
             for launch in row["launches"]] == _plan(backend, call)
     assert row["held"]
-    assert all(launch["seconds"] > 0 for launch in row["launches"])
+    # A short kernel may read as 0 at the events' resolution (about half a microsecond).
+    assert all(launch["seconds"] >= 0 for launch in row["launches"])
     assert row["device_s"] > 0
     assert row["host_s"] > 0
     np.testing.assert_allclose(cupy.asnumpy(call()[-1] if axis == 0 else call()[:, -1]), 2.0,
