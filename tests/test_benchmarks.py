@@ -111,3 +111,10 @@ def test_compare_commits(tmp_path):
     assert argument == f"out_{name}.json"
     failed = run("--dir", str(tmp_path), "run", name, "--", "false")
     assert failed.returncode == 1
+    # The working tree, changes and all, under a name of its own.
+    assert run("--dir", str(tmp_path), "export", ".:mine").returncode == 0
+    assert (tmp_path / "mine" / "kernels" / "linear_recurrence.cu").read_text() == (
+        ROOT / "kernels" / "linear_recurrence.cu").read_text()
+    assert (tmp_path / "mine" / "COMMIT").read_text().startswith(
+        f"cuscan mine (the working tree at {name}")
+    assert run("--dir", str(tmp_path), "export", ".:../elsewhere").returncode == 2
