@@ -61,10 +61,10 @@ def _dtype(name: str) -> np.dtype:
 
 def operands(cupy, repeats: int):
     """For each size and dtype in turn: ``(length, channels, dtype name, decays, impulses,
-    copy rate)``, the operands (T, C) on the GPU, from one seed, and the bytes a second that
-    a device-to-device copy of one and a half of them moves (reading and writing), timed as
-    ``gpu_time`` times. The operands' memory is freed before the next; a dtype CuPy cannot
-    hold is skipped, with a message."""
+    copy rate)``, the operands (T, C) on the GPU, from one seed, and the bytes a second read
+    and written by a device-to-device copy of one and a half operands' bytes (three arrays'
+    traffic, as a forward pass), timed by ``gpu_time``. The operands' memory is freed before
+    the next; a dtype CuPy cannot hold is skipped, with a message."""
     rng = np.random.default_rng(0)
     for length, channels in SIZES:
         for dtype_name in DTYPES:
