@@ -117,4 +117,6 @@ def test_compare_commits(tmp_path):
         ROOT / "kernels" / "linear_recurrence.cu").read_text()
     assert (tmp_path / "mine" / "COMMIT").read_text().startswith(
         f"cuscan mine (the working tree at {name}")
-    assert run("--dir", str(tmp_path), "export", ".:../elsewhere").returncode == 2
+    outside = run("--dir", str(tmp_path), "export", ".:../elsewhere")
+    assert outside.returncode == 2
+    assert "needs a plain folder name; got ../elsewhere" in outside.stderr
