@@ -53,15 +53,21 @@ def test_unknown_option_refused(name):
     assert documented_options(name) <= set(re.findall(r"--[a-z][\w-]*", usage)), usage
 
 
-@pytest.mark.parametrize("name", ["gpu-check", "gpu-experiments"])
-def test_gpu_scripts_command_line(name):
+def _script(name: str):
+    """A function running ``scripts/name`` with bash on its arguments; skips without bash."""
     if shutil.which("bash") is None:
         pytest.skip("needs bash")
-    script = ROOT / "scripts" / name
 
     def run(*arguments):
-        return subprocess.run(["bash", str(script), *arguments], capture_output=True, text=True,
-                              timeout=60, check=False)
+        return subprocess.run(["bash", str(ROOT / "scripts" / name), *arguments],
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    return run
+
+
+@pytest.mark.parametrize("name", ["gpu-check", "gpu-experiments"])
+def test_gpu_scripts_command_line(name):
+    run = _script(name)
 
     helped = run("--help")
     assert helped.returncode == 0, helped.stderr
@@ -76,13 +82,9 @@ def test_gpu_scripts_command_line(name):
 def test_compare_commits(tmp_path):
     """scripts/compare-commits runs a command on each exported commit's library, ahead of
     the tree's own (which Python would otherwise find first, in the working directory)."""
-    if shutil.which("bash") is None or shutil.which("git") is None:
-        pytest.skip("needs bash and git")
-    script = ROOT / "scripts" / "compare-commits"
-
-    def run(*arguments):
-        return subprocess.run(["bash", str(script), *arguments], capture_output=True, text=True,
-                              timeout=120, check=False)
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    run = _script("compare-commits")
 
     helped = run("--help")
     assert helped.returncode == 0, helped.stderr
