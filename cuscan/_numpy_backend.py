@@ -100,6 +100,19 @@ _SEGMENT_BYTES = 2**20
 # axes, which may hold large blocks of the others (benchmarks/numpy_tiles.py).
 _TILE_BYTES = 2**18
 _MIN_TILE = 64
+# Where `_copy` makes a large operand's chunks time-major for the chunked scan, or copies
+# the result's back, NumPy's inner loop reads the source across a stride; a line it reads
+# serves the next tile rows only while the L1 cache keeps it. Lines a stride of k lines
+# apart fall into _L1_SETS / gcd(k, _L1_SETS) of the cache's sets, _L1_WAYS lines each
+# (64 sets of 8 ways: the L1 data cache of 32 KiB of most x86-64 and Arm cores; larger ones
+# have more ways), so the tile's side along that loop is cut to as many elements, from
+# _MIN_TILE, the other side lengthened to keep its size: one channel's chunks of 64 float32
+# steps (lines 4 apart, 16 sets) take 128 elements, where a side of 1,024 read each line
+# again from the L2 cache. Copies of up to _TILE_BYTES (one tile) and of elements over
+# _MAX_STAGED_ITEMSIZE bytes, whose lines hold too few elements, stay as they are
+# (benchmarks/numpy_reach.py).
+_L1_SETS = 64
+_L1_WAYS = 8
 # A copy into rows of at most _NARROW_COLUMNS elements from columns (such as a few
 # channels' rows copied back time-major) goes a column at a time: NumPy runs its inner
 # loop along the destination's rows, over those few elements at a time. One column at a
@@ -820,9 +833,10 @@ def _chunk_length(length: int, width: int) -> int:
     return max(4, min(math.isqrt(length), -(-length * width // per_step)))
 
 
-def _copy(dst, src):
+def _copy(dst, src, reach: bool = False):
     """``dst[...] = src`` in tiles over the first two axes (at once with fewer), through a
-    buffer where that dodges cache aliasing (`_staged`); returns ``dst``."""
+    buffer where that dodges cache aliasing (`_staged`); with ``reach``, tiles cut to the
+    lines the L1 cache holds (`_within_reach`); returns ``dst``."""
     if dst.ndim < 2:
         np.copyto(dst, src, casting="unsafe")
         return dst
@@ -846,6 +860,9 @@ def _copy(dst, src):
     rows, columns = _tile(dst.shape, dst.itemsize * math.prod(dst.shape[2:]))
     with Scratch() as scratch:
         buffer = _staged(dst, src, rows, columns, scratch)
+        if buffer is None and reach and dst.ndim == 2 \
+                and dst.itemsize <= _MAX_STAGED_ITEMSIZE and dst.nbytes > _TILE_BYTES:
+            rows, columns = _within_reach(dst, src, rows, columns)
         for j in range(0, dst.shape[0], rows):
             for i in range(0, dst.shape[1], columns):
                 tile = np.s_[j:j + rows, i:i + columns]
@@ -856,6 +873,30 @@ def _copy(dst, src):
                     np.copyto(staged, src[tile], casting="unsafe")
                     np.copyto(dst[tile], staged)
     return result
+
+
+def _within_reach(dst, src, rows: int, columns: int) -> tuple[int, int]:
+    """`_copy`'s tile sides, the one along ``dst``'s contiguous axis cut to the lines the L1
+    cache holds at ``src``'s stride there (`_reach`), the other lengthened to keep the
+    tile's elements."""
+    inner = 0 if abs(dst.strides[0]) < abs(dst.strides[1]) else 1
+    sides = [rows, columns]
+    reach = _reach(src.strides[inner])
+    if reach is not None and sides[inner] > max(reach, _MIN_TILE):
+        reach = max(reach, _MIN_TILE)
+        sides[1 - inner] = min(dst.shape[1 - inner], sides[1 - inner] * sides[inner] // reach)
+        sides[inner] = reach
+    return sides[0], sides[1]
+
+
+def _reach(stride: int) -> int | None:
+    """How many elements ``stride`` bytes apart the L1 cache holds the lines of (None where
+    they share lines): lines a whole number k of lines apart fall into
+    _L1_SETS / gcd(k, _L1_SETS) of its sets, others into all, _L1_WAYS lines each."""
+    lines, rest = divmod(abs(stride), _CACHE_LINE)
+    if lines == 0:
+        return None
+    return _L1_WAYS * (_L1_SETS // (math.gcd(lines, _L1_SETS) if rest == 0 else 1))
 
 
 def _two_axes(view):
@@ -1113,9 +1154,9 @@ def _copy_in_order(dst, src, order) -> None:
     outer = order.index(0)
     if outer and _runs_apart(dst, src, outer):
         for index in np.ndindex(dst.shape[1:1 + outer]):
-            _copy(dst[(slice(None), *index)], src[(slice(None), *index)])
+            _copy(dst[(slice(None), *index)], src[(slice(None), *index)], reach=True)
         return
-    _copy(dst, src)
+    _copy(dst, src, reach=True)
 
 
 def _runs_apart(dst, src, outer: int) -> bool:

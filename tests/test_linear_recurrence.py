@@ -721,6 +721,71 @@ def test_numpy_tiles(monkeypatch):
                         np.testing.assert_array_equal(dst, expected)
 
 
+def test_numpy_tiles_within_reach(monkeypatch):
+    """The chunked scan's copies of large operands cut their tiles' side along NumPy's inner
+    loop to the lines the L1 cache holds at the source's stride there (64 sets of 8 lines:
+    lines k apart fall into 64 / gcd(k, 64) sets), at least 64 elements, the other side
+    lengthened; contiguous reads, one tile's bytes and elements over 8 bytes are left as they
+    are; the scans equal the float64 reference and the copies NumPy's."""
+    from cuscan import _numpy_backend
+
+    reach = _numpy_backend._reach
+    assert all(reach(stride) is None for stride in (4, -8, 48))  # lines shared
+    assert reach(64 * 4) == 128  # 4 lines apart: 16 sets
+    assert reach(-64 * 4) == 128
+    assert reach(64 * 8) == 64
+    assert reach(64 * 2) == 256
+    assert reach(64 * 3) == 512  # an odd number of lines apart: every set
+    assert reach(248) == 512  # not a whole number of lines apart
+    assert reach(64 * 4096) == 8
+
+    def cut(dst, src):
+        rows, columns = _numpy_backend._tile(dst.shape, dst.itemsize)
+        return _numpy_backend._within_reach(dst, src, rows, columns)
+
+    chunks = np.empty((16384, 64), np.float32)  # one channel's chunks of 64 steps
+    assert _numpy_backend._tile((64, 16384), 4) == (64, 1024)
+    assert cut(np.empty((64, 16384), np.float32), chunks.T) == (64, 128)
+    assert cut(np.empty((64, 16384), np.float32), np.empty((64, 16384), np.float32)) \
+        == (64, 1024)  # read as it lies
+    back = np.empty((16384, 62), np.float32)  # 248 bytes apart, into time-contiguous rows
+    assert cut(np.empty((62, 16384), np.float32), back.T) == (62, 512)
+    assert cut(np.empty((64, 4096), np.float64), np.empty((4096, 64), np.float64).T) \
+        == (64, 64)  # 8 lines apart: 8 sets, and no fewer than 64 elements
+    square = np.empty((1000, 1000), np.float32)  # 62.5 lines apart: every set
+    assert cut(np.empty((1000, 1000), np.float32), square.T) == (256, 256)
+    wide = np.empty((1088, 1088), np.float32)  # 68 lines apart: 16 sets
+    assert cut(np.empty((1088, 1088), np.float32), wide.T) == (512, 128)
+
+    cuts = record_results(monkeypatch, _numpy_backend, "_within_reach")
+    rng = np.random.default_rng(47)
+    for length, dtype, taken in ((2**20, np.float32, True), (10**6, np.float64, True),
+                                 (2**19, np.complex128, False), (8192, np.float32, False)):
+        a = rng.uniform(0.5, 1.0, length).astype(dtype)
+        x = rng.standard_normal(length).astype(dtype)
+        cuts.clear()
+        h = cuscan.linear_recurrence(a, x, method="parallel")
+        assert bool(cuts) == taken, (length, dtype)
+        expected = reference.linear_recurrence(a.astype(np.complex128), x)
+        limit = 8 * np.finfo(dtype).eps * length ** 0.5
+        np.testing.assert_allclose(h, expected, rtol=0, atol=limit * np.abs(expected).max())
+        go = rng.standard_normal(length).astype(dtype)
+        cuts.clear()
+        _, gx, _ = cuscan.linear_recurrence_vjp(go, a, h)
+        assert bool(cuts) == taken
+        after = np.conj(np.r_[a[1:], 0].astype(np.complex128))  # g[t] takes conj(a[t+1])
+        want = reference.linear_recurrence(after, go, reverse=True)
+        np.testing.assert_allclose(gx, want, rtol=0, atol=limit * np.abs(want).max())
+
+    for shape, view in (((20000, 64), lambda s: s.T), ((20000, 62), lambda s: s.T[::-1]),
+                        ((64, 20000), lambda s: s[:, ::-1])):
+        for dtype in (np.float32, np.float64):
+            src = view(rng.standard_normal(shape).astype(dtype))
+            dst = np.empty(src.shape, dtype)
+            assert _numpy_backend._copy(dst, src, reach=True) is dst
+            np.testing.assert_array_equal(dst, src)
+
+
 def test_numpy_staged_copies(monkeypatch):
     """Transposed copies whose inner loop would read the source across a multiple of 1,024
     bytes (cache aliasing) go tile by tile through a padded buffer: which ones do, and that
