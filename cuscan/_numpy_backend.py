@@ -104,10 +104,10 @@ _MIN_TILE = 64
 # the result's back, NumPy's inner loop reads the source across a stride; a line it reads
 # serves the next tile rows only while the L1 cache keeps it. Lines a stride of k lines
 # apart fall into _L1_SETS / gcd(k, _L1_SETS) of the cache's sets, _L1_WAYS lines each
-# (64 sets of 8 ways: the L1 data cache of 32 KiB of most x86-64 and Arm cores; larger ones
-# have more ways), so the tile's side along that loop is cut to as many elements, from
+# (64 sets of 8 ways: a 32 KiB L1 data cache, as many x86-64 cores have; those of 48 KiB have
+# 12 ways), so the tile's side along that loop is cut to as many elements, at least
 # _MIN_TILE, the other side lengthened to keep its size: one channel's chunks of 64 float32
-# steps (lines 4 apart, 16 sets) take 128 elements, where a side of 1,024 read each line
+# steps (lines 4 apart, 16 sets) take 128 elements, where with 1,024 the copy read each line
 # again from the L2 cache. Copies of up to _TILE_BYTES (one tile) and of elements over
 # _MAX_STAGED_ITEMSIZE bytes, whose lines hold too few elements, stay as they are
 # (benchmarks/numpy_reach.py).
