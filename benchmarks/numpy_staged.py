@@ -15,7 +15,10 @@ one process (so a loaded machine slows all alike), on time-contiguous shapes fro
 chosen one's in milliseconds. Then the chunked scan's steps of 129 to 256 bytes, which it
 copies its chunks from as they lie unless a copy through a buffer makes the operand
 time-major in elements of up to `_MAX_STAGED_CHUNK_ITEMSIZE` bytes: the scans with that at
-0 (never), the chosen value and 8. Writes results/numpy_staged.json.
+0 (never), the chosen value and 8. Then time-contiguous shapes whose steps or channels lie
+an odd multiple of 256 or 512 bytes apart in some dtypes (`_FEW_SETS_STRIDE`), staged from
+`_MIN_FEW_SETS_STAGED` elements: 32, the chosen value, 128 and infinity (never). Writes
+results/numpy_staged.json.
 
     python -m benchmarks.numpy_staged
 """
@@ -39,9 +42,14 @@ SHAPES = [(2048, 4096), (8, 64, 8192), (256, 32768), (1000, 1024), (64, 65536), 
 CHUNK_SHAPES = [(64, 1024), (64, 4096), (64, 8192), (64, 65536), (48, 65536), (40, 16384),
                 (8, 6, 32768), (32, 2048), (32, 32768), (32, 131072), (8, 4, 65536),
                 (64, 65537)]
+# Time-contiguous shapes whose steps (T * itemsize bytes) or, copied back, channels (C *
+# itemsize) lie a multiple of 256 bytes apart but not of 1,024 in some of the dtypes.
+FEW_SETS_SHAPES = [(32, 65600), (48, 43584), (64, 32832), (128, 16448), (192, 10816),
+                   (512, 1088), (1024, 640), (256, 1152), (96, 21824), (4, 16, 32832)]
 DTYPES = (np.float16, np.float32, np.float64, np.complex64)
 VALUES = (16, 32, 64, math.inf)
 CHUNK_VALUES = (0, 4, 8)
+FEW_SETS_VALUES = (32, 64, 128, math.inf)
 REPEATS = 5
 
 
@@ -68,10 +76,13 @@ def main() -> None:
                           "_MIN_STAGED", VALUES, repeats)
     chunks = settings_table(CHUNK_SHAPES, DTYPES, functools.partial(calls, rng, copy=False),
                             _numpy_backend, "_MAX_STAGED_CHUNK_ITEMSIZE", CHUNK_VALUES, repeats)
+    few_sets = settings_table(FEW_SETS_SHAPES, DTYPES, functools.partial(calls, rng),
+                              _numpy_backend, "_MIN_FEW_SETS_STAGED", FEW_SETS_VALUES, repeats)
     path = write("numpy_staged", {
         "environment": environment(), "chosen_min_staged": _numpy_backend._MIN_STAGED,
         "chosen_max_staged_chunk_itemsize": _numpy_backend._MAX_STAGED_CHUNK_ITEMSIZE,
-        "rows": rows, "chunk_rows": chunks})
+        "chosen_min_few_sets_staged": _numpy_backend._MIN_FEW_SETS_STAGED,
+        "rows": rows, "chunk_rows": chunks, "few_sets_rows": few_sets})
     print(f"wrote {path}")
 
 

@@ -134,6 +134,14 @@ _NARROW_COLUMNS = 4
 _MAX_STAGED_ITEMSIZE = 8
 _MIN_STAGED = 32
 _MAX_STAGED_CHUNK_ITEMSIZE = 4
+# So are tiles read across a multiple of _FEW_SETS_STRIDE bytes (lines a multiple of 4
+# apart, in at most 16 of the 64 sets: 640 float32 steps of each channel, or 64 float32
+# channels of each step copied back into time-contiguous rows), from _MIN_FEW_SETS_STAGED
+# elements along the destination's contiguous axis: 32 to 48 of them took 1.2 to 1.4 times
+# as long through the buffer (benchmarks/numpy_staged.py). The chunked scan's choice above
+# stays with multiples of _ALIASING_STRIDE.
+_FEW_SETS_STRIDE = 256
+_MIN_FEW_SETS_STAGED = 64
 # Arranging for NumPy's inner loop to run over more than the few channels of one
 # row (opaque rows in copies, a materialised row of time-invariant decays) costs
 # a few microseconds per array; it is done from _WHOLE_ROWS_FROM rows (time steps
@@ -921,14 +929,22 @@ def _staged(dst, src, rows: int, columns: int, scratch: Scratch):
     each tile of the 2-D ``src`` into ``dst`` where they lie transposed to each other and
     NumPy's inner loop, which runs along ``dst``'s contiguous axis, would read ``src``
     with a stride that is a multiple of _ALIASING_STRIDE bytes (such as 4,096 float32
-    steps of each channel copied time-major); else None. The buffer lies as ``src`` does,
-    its lines _CACHE_LINE bytes longer than the tile's."""
+    steps of each channel copied time-major), from _MIN_STAGED elements along that axis, or
+    of _FEW_SETS_STRIDE bytes, from _MIN_FEW_SETS_STAGED; else None. The buffer lies as
+    ``src`` does, its lines _CACHE_LINE bytes longer than the tile's."""
     if dst.ndim != 2 or dst.itemsize > _MAX_STAGED_ITEMSIZE:
         return None
     inner = 0 if abs(dst.strides[0]) < abs(dst.strides[1]) else 1
     stride = abs(src.strides[inner])
-    if stride < _CACHE_LINE or stride % _ALIASING_STRIDE or \
-            abs(src.strides[1 - inner]) >= _CACHE_LINE or dst.shape[inner] < _MIN_STAGED:
+    if stride < _CACHE_LINE or abs(src.strides[1 - inner]) >= _CACHE_LINE:
+        return None
+    if stride % _ALIASING_STRIDE == 0:
+        least = _MIN_STAGED
+    elif stride % _FEW_SETS_STRIDE == 0:
+        least = _MIN_FEW_SETS_STAGED
+    else:
+        return None
+    if dst.shape[inner] < least:
         return None
     pad = _CACHE_LINE // dst.itemsize
     if inner == 1:  # src runs along the first axis: the buffer's lines are its columns

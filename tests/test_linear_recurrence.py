@@ -788,10 +788,10 @@ def test_numpy_tiles_within_reach(monkeypatch):
 
 def test_numpy_staged_copies(monkeypatch):
     """Transposed copies whose inner loop would read the source across a multiple of 1,024
-    bytes (cache aliasing) go tile by tile through a padded buffer: which ones do, and that
-    they equal NumPy's copies, both ways between time-major and time-contiguous arrays,
-    several channel axes merged, reversed time, dtype conversions, tiles that do not divide
-    the shape."""
+    bytes (cache aliasing), or of 256 from 64 elements along that loop, go tile by tile
+    through a padded buffer: which ones do, and that they equal NumPy's copies, both ways
+    between time-major and time-contiguous arrays, several channel axes merged, reversed
+    time, dtype conversions, tiles that do not divide the shape."""
     from cuscan import _numpy_backend
     from cuscan._scratch import Scratch
 
@@ -814,13 +814,20 @@ def test_numpy_staged_copies(monkeypatch):
         assert not staged(major(4096, 64, np.complex128), contiguous(4096, 64, np.complex128))
         assert not staged(major(4096, 64), major(4096, 64))
         assert not staged(major(4096, 64), contiguous(4096 * 16, 64)[::16])  # both apart
+        # A multiple of 256 bytes (lines 4 apart, 16 sets), from 64 elements:
+        assert staged(major(640, 64), contiguous(640, 64))  # rows of 2,560 bytes
+        assert not staged(major(640, 48), contiguous(640, 48))
+        assert staged(contiguous(300, 64), major(300, 64))  # rows of 256 bytes
+        assert staged(contiguous(300, 96, np.float64), major(300, 96, np.float64))
+        assert not staged(contiguous(48, 64), major(48, 64))  # 48 steps along the loop
+        assert not staged(contiguous(300, 96), major(300, 96))  # rows of 384 bytes
 
     taken = record_results(monkeypatch, _numpy_backend, "_staged")
     monkeypatch.setattr(_numpy_backend, "_TILE_BYTES", 7 * 9 * 4)
     monkeypatch.setattr(_numpy_backend, "_MIN_TILE", 1)
     rng = np.random.default_rng(43)
     for shape, into in (((64, 1024), None), ((3, 40, 512), None), ((512, 100), "back"),
-                        ((40, 2048), None)):
+                        ((40, 2048), None), ((64, 640), None), ((128, 300), "back")):
         for dtype, to in ((np.float16, np.float16), (np.float32, np.float32),
                           (np.float32, np.float64), (np.float64, np.float32),
                           (np.complex64, np.complex64)):
