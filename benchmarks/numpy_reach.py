@@ -39,10 +39,9 @@ DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 VALUES = (4, 8, 12, 16, math.inf)
 
 
-def calls(rng, case, dtype) -> dict:
+def calls(rng, shape, axis: int, dtype) -> dict:
     """The forward scan (the parallel method on one channel) and its vector-Jacobian
     product."""
-    shape, axis = case
     x = rng.standard_normal(shape).astype(dtype)
     a = rng.uniform(0.9, 0.999, shape).astype(dtype)
     h = cuscan.linear_recurrence(a, x, axis=axis)
@@ -62,7 +61,7 @@ def main() -> None:
     for shape, axis in SHAPES:
         for dtype in DTYPES:
             row = {"shape": list(shape), "axis": axis, "dtype": np.dtype(dtype).name}
-            cells = against_chosen(row, calls(rng, (shape, axis), dtype), _numpy_backend,
+            cells = against_chosen(row, calls(rng, shape, axis, dtype), _numpy_backend,
                                    "_L1_WAYS", VALUES, max(2, min(10, 10**7 // math.prod(shape))))
             rows.append(row)
             times = " ".join(f"{row[f'{name}_s'][str(chosen)] * 1e3:.2f}"

@@ -890,8 +890,7 @@ def _within_reach(dst, src, rows: int, columns: int) -> tuple[int, int]:
     inner = 0 if abs(dst.strides[0]) < abs(dst.strides[1]) else 1
     sides = [rows, columns]
     reach = _reach(src.strides[inner])
-    if reach is not None and sides[inner] > max(reach, _MIN_TILE):
-        reach = max(reach, _MIN_TILE)
+    if reach is not None and sides[inner] > (reach := max(reach, _MIN_TILE)):
         sides[1 - inner] = min(dst.shape[1 - inner], sides[1 - inner] * sides[inner] // reach)
         sides[inner] = reach
     return sides[0], sides[1]
