@@ -1,6 +1,6 @@
-"""The one reference: a float64 (complex128) serial loop, and its error scale; and for
-filters whose float64 results (SciPy's among them) are themselves inexact, their direct
-form in extended precision; and a denominator's roots to many digits."""
+"""The one reference: a float64 (complex128) serial loop, its gradient and its error scale;
+and for filters whose float64 results (SciPy's among them) are themselves inexact, their
+direct form in extended precision; and a denominator's roots to many digits."""
 
 from __future__ import annotations
 
@@ -36,6 +36,33 @@ def linear_recurrence(decays, impulses, initial_state=None, *, axis=0, reverse=F
         h = decays[t] * h + impulses[t]
         out[t] = h
     return np.moveaxis(out, 0, axis)
+
+
+
+def linear_recurrence_vjp(grad_output, decays, output, initial_state=None, *, axis=0,
+                          reverse=False):
+    """The gradients of `linear_recurrence` from its adjoint, in float64 (complex128): with
+    ``g`` run the other way, ``g[t] = grad_output[t] + conj(decays[t+1]) * g[t+1]``, returns
+    the terms ``conj(h[t-1]) * g[t]`` of the decays' gradient and ``g``, both of the output's
+    shape, and ``conj(decays[0]) * g[0]``, the initial state's gradient (None when the state
+    is), of the state's full shape; the first and last are not summed back to their
+    operands' shapes. (For ``reverse=True``, ``t+1`` and ``t-1`` trade places.)"""
+    grad_output, output = _wide(grad_output), _wide(output)
+    decays = np.moveaxis(np.broadcast_to(_wide(decays), output.shape), axis, 0)
+    h = np.moveaxis(output, axis, 0)
+    state = np.zeros(h.shape[1:], h.dtype) if initial_state is None else _wide(initial_state)
+    state = np.broadcast_to(state, h.shape[1:])[None]
+    if reverse:
+        decays, h = decays[::-1], h[::-1]
+    follow = np.concatenate([decays[1:], np.zeros_like(decays[:1])])
+    before = np.concatenate([state, h[:-1]])
+    g = linear_recurrence(np.conj(follow), np.moveaxis(grad_output, axis, 0)[::-1 if reverse
+                                                                             else 1],
+                          reverse=True)
+    grad_state = None if initial_state is None else np.conj(decays[0]) * g[0]
+    if reverse:
+        g, before = g[::-1], before[::-1]
+    return (np.moveaxis(np.conj(before) * g, 0, axis), np.moveaxis(g, 0, axis), grad_state)
 
 
 def relative_error(actual, expected) -> float:

@@ -1,0 +1,153 @@
+"""Random problems of thousands to about a million elements against the reference, values
+and gradients: the sizes at which the backends take their chunked, multi-level, staged and
+blocked paths, which the small problems of test_properties.py do not reach. Every dtype,
+broadcast decays, strided, transposed and reversed views, both directions and every method."""
+
+from __future__ import annotations
+
+import functools
+import math
+import shutil
+
+import numpy as np
+import pytest
+
+import cuscan
+from cuscan import _dtypes
+from tests import reference
+from tests.conftest import DTYPES, IN_CI, Backend, dtype_of, require, tolerance
+from tests.test_properties import laid_out
+
+PROBLEMS = 24
+DECAYS = ["full", "per channel", "per step", "scalar"]
+
+
+@functools.cache
+def problem(seed: int) -> dict:
+    """A random problem: its operands' values (NumPy), their layouts, the keyword arguments,
+    and the reference's results and error scales."""
+    rng = np.random.default_rng(seed)
+    ndim = int(rng.integers(1, 4))
+    total = 2 ** rng.uniform(16, 20)
+    length = total if ndim == 1 else total ** rng.uniform(0.2, 1)
+    length = min(int(length), 2**17)
+    if rng.random() < 0.3:  # a power of two or a neighbour of one
+        length = 2 ** round(math.log2(length)) + int(rng.integers(-1, 2))
+    side = (total / length) ** (1 / max(ndim - 1, 1))
+    shape = [int(rng.integers(1, max(2 * side, 2))) for _ in range(ndim - 1)]
+    axis = int(rng.integers(0, ndim))
+    shape.insert(axis, length)
+    dtype = dtype_of(DTYPES[seed % len(DTYPES)])
+    decays_kind = DECAYS[int(rng.integers(0, len(DECAYS)))]
+    decays_shape = {"full": shape, "scalar": [],
+                    "per channel": [1 if d == axis else n for d, n in enumerate(shape)],
+                    "per step": [n if d == axis else 1 for d, n in enumerate(shape)]}[decays_kind]
+
+    def values(shape, low=-1.0):
+        v = rng.uniform(low, 1, shape)
+        if dtype.kind == "c":
+            v = v * np.exp(1j * rng.uniform(0, 2 * np.pi, shape))
+        return v.astype(dtype)
+
+    state_shape = shape[:axis] + shape[axis + 1:]
+    operands = {
+        # decays near one keep a long memory, which the chunks' carries must pass on
+        "decays": values(decays_shape, float(rng.choice([-1.0, 0.5, 0.99]))),
+        "impulses": values(shape),
+        "initial_state": values(state_shape) if rng.random() < 0.5 else None,
+        "grad_output": values(shape),
+    }
+    layouts = {name: None if v is None or v.ndim == 0 else
+               (list(rng.permutation(v.ndim)), [int(rng.choice([1, 1, 2, -1, -3]))
+                                                for _ in range(v.ndim)], None)
+               for name, v in operands.items()}
+    kwargs = {"axis": axis if rng.random() < 0.5 else axis - ndim,
+              "reverse": bool(rng.random() < 0.5)}
+    method = str(rng.choice(["auto", "parallel", "serial"]))
+    decays, impulses, state = (operands[k] for k in ("decays", "impulses", "initial_state"))
+    output = reference.linear_recurrence(decays, impulses, state, **kwargs)
+    rounded = output.astype(dtype)
+    magnitudes = [None if v is None else np.abs(v.astype(output.dtype))
+                  for v in (operands["grad_output"], decays, rounded, state)]
+    return {
+        "operands": operands, "layouts": layouts, "kwargs": kwargs, "method": method,
+        "dtype": dtype, "length": length, "output": output,
+        "output_scale": reference.error_scale(decays, impulses, state, **kwargs),
+        "grads": reference.linear_recurrence_vjp(operands["grad_output"], decays, rounded,
+                                                 state, **kwargs),
+        "grad_scales": reference.linear_recurrence_vjp(*magnitudes, **kwargs),
+    }
+
+
+def summed_to(terms: np.ndarray, shape) -> np.ndarray:
+    """``terms`` summed over the axes broadcasting added to ``shape`` (or stretched in it)."""
+    terms = terms.sum(axis=tuple(range(terms.ndim - len(shape))))
+    stretched = tuple(d for d, n in enumerate(shape) if n == 1 and terms.shape[d] != 1)
+    return terms.sum(axis=stretched, keepdims=True)
+
+
+def assert_within(actual, expected, scale, dtype, length: int, name: str) -> None:
+    """``|actual - expected| <= tolerance * scale``, in which a half type's result may also
+    be off by its smallest subnormal (a value that underflowed when rounded to it), and may
+    be infinite where the exact value lies beyond its range (summed gradients overflow as
+    the documented arithmetic says)."""
+    actual = np.asarray(actual).astype(expected.dtype)
+    limit = tolerance(dtype, length) * scale + np.finfo(np.float64).tiny
+    if dtype.itemsize == 2:
+        info = require("ml_dtypes").finfo(dtype)
+        limit = limit + float(info.smallest_subnormal)
+        beyond = np.abs(expected) > float(info.max) * (1 - _dtypes.epsilon(dtype))
+        expected = np.where(beyond, actual, expected)
+    error = np.abs(actual - expected)
+    bad = ~(error <= limit)
+    assert not bad.any(), (
+        f"{name}: {bad.sum()} of {bad.size} elements off; worst {(error / limit).max():.3g} "
+        f"times the limit")
+
+
+def check(backend: Backend, seed: int) -> None:
+    p = problem(seed)
+    dtype, kwargs, length = p["dtype"], p["kwargs"], p["length"]
+    views = {name: None if v is None else
+             backend.asarray(v) if p["layouts"][name] is None else
+             laid_out(backend, v, p["layouts"][name])
+             for name, v in p["operands"].items()}
+    h = cuscan.linear_recurrence(views["decays"], views["impulses"], views["initial_state"],
+                                 method=p["method"], **kwargs)
+    assert h.dtype == dtype
+    assert h.shape == p["output"].shape
+    assert_within(backend.to_numpy(h), p["output"], p["output_scale"], dtype, length, "output")
+
+    output = laid_out(backend, p["output"].astype(dtype), p["layouts"]["impulses"])
+    grads = cuscan.linear_recurrence_vjp(views["grad_output"], views["decays"], output,
+                                         views["initial_state"], **kwargs)
+    size = p["output"].size
+    for name, grad, expected, scale, operand in zip(
+            ["decays", "impulses", "initial_state"], grads, p["grads"], p["grad_scales"],
+            [p["operands"][k] for k in ("decays", "impulses", "initial_state")], strict=True):
+        if operand is None:
+            assert grad is None
+            continue
+        assert grad.shape == operand.shape
+        summed = grad.shape != expected.shape
+        # a sum's terms' errors add up, and its own rounding grows with the number of terms
+        assert_within(backend.to_numpy(grad), summed_to(expected, operand.shape),
+                      2 * summed_to(scale, operand.shape), dtype, size if summed else length,
+                      f"the gradient of the {name}")
+
+
+@pytest.mark.parametrize("seed", range(PROBLEMS))
+def test_large_problems(backend, seed):
+    check(backend, seed)
+
+
+@pytest.mark.parametrize("seed", range(PROBLEMS))
+def test_large_problems_gpu_plan(monkeypatch, seed):
+    """The CUDA kernels compiled for the CPU under the GPU backend's own launch plan (the
+    suite's host-kernels backend chunks at test sizes instead)."""
+    if not (IN_CI or shutil.which("g++")):
+        pytest.skip("needs g++ to compile the kernels for the host")
+    from tests import kernel_host
+
+    kernel_host.installed(monkeypatch)
+    check(Backend("numpy"), seed)
