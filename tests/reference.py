@@ -38,7 +38,6 @@ def linear_recurrence(decays, impulses, initial_state=None, *, axis=0, reverse=F
     return np.moveaxis(out, 0, axis)
 
 
-
 def linear_recurrence_vjp(grad_output, decays, output, initial_state=None, *, axis=0,
                           reverse=False):
     """The gradients of `linear_recurrence` from its adjoint, in float64 (complex128): with
@@ -47,18 +46,16 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state=None, *, ax
     shape, and ``conj(decays[0]) * g[0]``, the initial state's gradient (None when the state
     is), of the state's full shape; the first and last are not summed back to their
     operands' shapes. (For ``reverse=True``, ``t+1`` and ``t-1`` trade places.)"""
-    grad_output, output = _wide(grad_output), _wide(output)
-    decays = np.moveaxis(np.broadcast_to(_wide(decays), output.shape), axis, 0)
-    h = np.moveaxis(output, axis, 0)
+    decays = np.moveaxis(np.broadcast_to(_wide(decays), np.shape(output)), axis, 0)
+    h = np.moveaxis(_wide(output), axis, 0)
+    grad_output = np.moveaxis(_wide(grad_output), axis, 0)
     state = np.zeros(h.shape[1:], h.dtype) if initial_state is None else _wide(initial_state)
     state = np.broadcast_to(state, h.shape[1:])[None]
-    if reverse:
-        decays, h = decays[::-1], h[::-1]
+    if reverse:  # time runs backwards: the same equations over the reversed steps
+        decays, h, grad_output = decays[::-1], h[::-1], grad_output[::-1]
     follow = np.concatenate([decays[1:], np.zeros_like(decays[:1])])
     before = np.concatenate([state, h[:-1]])
-    g = linear_recurrence(np.conj(follow), np.moveaxis(grad_output, axis, 0)[::-1 if reverse
-                                                                             else 1],
-                          reverse=True)
+    g = linear_recurrence(np.conj(follow), grad_output, reverse=True)
     grad_state = None if initial_state is None else np.conj(decays[0]) * g[0]
     if reverse:
         g, before = g[::-1], before[::-1]
