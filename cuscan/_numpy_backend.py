@@ -887,13 +887,19 @@ def _within_reach(dst, src, rows: int, columns: int) -> tuple[int, int]:
     """`_copy`'s tile sides, the one along ``dst``'s contiguous axis cut to the lines the L1
     cache holds at ``src``'s stride there (`_reach`), the other lengthened to keep the
     tile's elements."""
-    inner = 0 if abs(dst.strides[0]) < abs(dst.strides[1]) else 1
+    inner = _inner(dst)
     sides = [rows, columns]
     reach = _reach(src.strides[inner])
     if reach is not None and sides[inner] > (reach := max(reach, _MIN_TILE)):
         sides[1 - inner] = min(dst.shape[1 - inner], sides[1 - inner] * sides[inner] // reach)
         sides[inner] = reach
     return sides[0], sides[1]
+
+
+def _inner(dst) -> int:
+    """The axis of the 2-D ``dst`` that NumPy's inner loop runs along in a copy into it: its
+    contiguous one."""
+    return 0 if abs(dst.strides[0]) < abs(dst.strides[1]) else 1
 
 
 def _reach(stride: int) -> int | None:
@@ -933,7 +939,7 @@ def _staged(dst, src, rows: int, columns: int, scratch: Scratch):
     ``src`` does, its lines _CACHE_LINE bytes longer than the tile's."""
     if dst.ndim != 2 or dst.itemsize > _MAX_STAGED_ITEMSIZE:
         return None
-    inner = 0 if abs(dst.strides[0]) < abs(dst.strides[1]) else 1
+    inner = _inner(dst)
     stride = abs(src.strides[inner])
     if stride < _CACHE_LINE or abs(src.strides[1 - inner]) >= _CACHE_LINE:
         return None

@@ -5,7 +5,6 @@ broadcast decays, strided, transposed and reversed views, both directions and ev
 
 from __future__ import annotations
 
-import functools
 import math
 import shutil
 
@@ -22,7 +21,6 @@ PROBLEMS = 24
 DECAYS = ["full", "per channel", "per step", "scalar"]
 
 
-@functools.cache
 def problem(seed: int) -> dict:
     """A random problem: its operands' values (NumPy), their layouts, the keyword arguments,
     and the reference's results and error scales."""
@@ -109,8 +107,7 @@ def assert_within(actual, expected, scale, dtype, length: int, name: str) -> Non
         f"times the limit")
 
 
-def check(backend: Backend, seed: int) -> None:
-    p = problem(seed)
+def check(backend: Backend, p: dict) -> None:
     dtype, kwargs, length = p["dtype"], p["kwargs"], p["length"]
     views = {name: None if v is None else
              backend.asarray(v) if p["layouts"][name] is None else
@@ -140,13 +137,18 @@ def check(backend: Backend, seed: int) -> None:
                       f"the gradient of the {name}")
 
 
-@pytest.mark.parametrize("seed", range(PROBLEMS))
-def test_large_problems(backend, seed):
-    check(backend, seed)
+@pytest.fixture(scope="module", params=range(PROBLEMS), ids=lambda seed: f"seed{seed}")
+def large(request) -> dict:
+    """One problem and its reference results, for every backend in turn: a parameter of
+    the module's scope groups the tests by problem, so one is held at a time."""
+    return problem(request.param)
 
 
-@pytest.mark.parametrize("seed", range(PROBLEMS))
-def test_large_problems_gpu_plan(monkeypatch, seed):
+def test_large_problems(backend, large):
+    check(backend, large)
+
+
+def test_large_problems_gpu_plan(monkeypatch, large):
     """The CUDA kernels compiled for the CPU under the GPU backend's own launch plan (the
     suite's host-kernels backend chunks at test sizes instead)."""
     if not (IN_CI or shutil.which("g++")):
@@ -154,4 +156,4 @@ def test_large_problems_gpu_plan(monkeypatch, seed):
     from tests import kernel_host
 
     kernel_host.installed(monkeypatch)
-    check(Backend("numpy"), seed)
+    check(Backend("numpy"), large)
