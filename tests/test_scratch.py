@@ -1,7 +1,9 @@
-"""The pool of the CPU scans' temporaries: reuse, bounds, and scans that use it."""
+"""The pool of the CPU scans' temporaries: reuse, bounds, scans that use it, and forked
+children."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 import cuscan
 from cuscan import _numpy_backend, _scratch
 from tests import reference
-from tests.conftest import Backend, assert_close
+from tests.conftest import Backend, assert_close, run_in_fresh_process
 from tests.test_linear_recurrence import check, make
 
 
@@ -186,6 +188,39 @@ def test_threads_share_the_pool(pool):
         for got in results[i]:
             np.testing.assert_array_equal(got, want)
     assert pool.free
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("lock", ["_scratch._pool.lock", "signal._chunks._direct_lock",
+                                  "signal._stream._streams_lock"])
+def test_forked_child_takes_no_held_lock(lock):
+    """A child forked while a thread of its parent held one of cuscan's locks (the pool's,
+    or those of the filters' matrices and streams) filters and scans all the same: it
+    would wait forever for a lock that nothing in it can release."""
+    run_in_fresh_process(f"""
+        import os, sys, time
+        import numpy as np
+        import cuscan
+        from cuscan import _scratch, signal
+
+        sos = np.array([[1.0, 0.5, 0.2, 1.0, -0.5, 0.3]])
+        x = np.random.default_rng(0).standard_normal((4, 100))
+        steps = np.ones(2**20, np.float32)
+        {lock}.acquire()  # as a thread of the parent holds it when another forks
+        child = os.fork()
+        if child == 0:
+            for _ in range(3):
+                signal.sosfilt(sos, x)
+            cuscan.linear_recurrence(0.5 * steps, steps, method="parallel")
+            os._exit(0)
+        for _ in range(600):
+            done, status = os.waitpid(child, os.WNOHANG)
+            if done:
+                sys.exit(os.waitstatus_to_exitcode(status))
+            time.sleep(0.1)
+        os.kill(child, 9)
+        sys.exit("the child still waits after a minute")
+        """)
 
 
 @pytest.mark.parametrize("segments", [False, True])

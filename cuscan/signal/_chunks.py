@@ -34,6 +34,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
+import os
 import threading
 
 import numpy as np
@@ -617,6 +618,18 @@ def _in_rows(sections: tuple, signal: np.ndarray, axis: int, zi, reverse: bool,
 
 _direct_kept: collections.OrderedDict = collections.OrderedDict()
 _direct_lock = threading.Lock()
+
+
+def _forget_in_child() -> None:
+    """A forked child starts with no matrices kept and a lock of its own: a thread of the
+    parent may have held the lock, and the child has no such thread to release it."""
+    global _direct_kept, _direct_lock
+    _direct_kept = collections.OrderedDict()
+    _direct_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _takes_product(length: int, state: int, size: int) -> bool:

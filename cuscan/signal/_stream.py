@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import threading
 from collections.abc import Callable
 
@@ -19,6 +20,18 @@ _STREAMS_KEPT = 64
 _streams: dict = {}
 _streams_lock = threading.Lock()
 _ran = threading.local()  # `_recording`'s record in this thread
+
+
+def _forget_in_child() -> None:
+    """A forked child starts with no streams kept and a lock of its own: a thread of the
+    parent may have held the lock, and the child has no such thread to release it."""
+    global _streams, _streams_lock
+    _streams = {}
+    _streams_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 @contextlib.contextmanager
