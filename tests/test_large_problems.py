@@ -1,7 +1,8 @@
 """Random problems of thousands to about a million elements against the reference, values
 and gradients: the sizes at which the backends take their chunked, multi-level, staged and
 blocked paths, which the small problems of test_properties.py do not reach. Every dtype,
-broadcast decays, strided, transposed and reversed views, both directions and every method."""
+broadcast decays, strided, transposed and reversed views, both directions and every method;
+on every backend, and through the PyTorch adapter and autograd."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import cuscan
 from cuscan import _dtypes
 from tests import reference
 from tests.conftest import DTYPES, IN_CI, Backend, dtype_of, require, tolerance
-from tests.test_properties import laid_out
+from tests.test_properties import in_memory, laid_out
 
 PROBLEMS = 24
 DECAYS = ["full", "per channel", "per step", "scalar"]
@@ -157,3 +158,55 @@ def test_large_problems_gpu_plan(monkeypatch, large):
 
     kernel_host.installed(monkeypatch)
     check(Backend("numpy"), large)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_large_problems_torch(large, device):
+    """The PyTorch adapter on the same problems, its operands strided and permuted views
+    of tensors (torch has no negative strides, so the steps' signs are dropped): values,
+    and the gradients autograd takes through the views."""
+    torch = require("torch")
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    p = large
+    dtype = getattr(torch, p["dtype"].name)
+    wide = np.complex128 if p["dtype"].kind == "c" else np.float64
+
+    def view(values, layout):
+        if layout is None:  # a scalar
+            memory, axes, pick = np.asarray(values), (), ()
+        else:
+            order, steps, broadcast = layout
+            memory, axes, pick = in_memory(values, (order, [abs(s) for s in steps], broadcast))
+        leaf = torch.from_numpy(memory.astype(wide)).to(device, dtype).requires_grad_()
+        return leaf.permute(axes)[pick]
+
+    names = [k for k in ("decays", "impulses", "initial_state") if p["operands"][k] is not None]
+    views = {k: view(p["operands"][k], p["layouts"][k]) for k in names}
+    h = cuscan.linear_recurrence(views["decays"], views["impulses"], views.get("initial_state"),
+                                 method=p["method"], **p["kwargs"])
+    assert h.dtype == dtype
+    assert h.device.type == device
+
+    def to_numpy(tensor):
+        return tensor.detach().cpu().to(torch.promote_types(tensor.dtype, torch.float64)).numpy()
+
+    assert_within(to_numpy(h), p["output"], p["output_scale"], p["dtype"], p["length"], "output")
+    grad_output = view(p["operands"]["grad_output"], p["layouts"]["grad_output"]).detach()
+    loss = (h * grad_output.conj()).real.sum() if h.is_complex() else (h * grad_output).sum()
+    grads = torch.autograd.grad(loss, [views[k] for k in names])
+    # autograd's backward reads the computed output, whose error is relative to the forward
+    # pass's error scale rather than to the output itself
+    magnitudes = [np.abs(p["operands"]["grad_output"].astype(wide)),
+                  np.abs(p["operands"]["decays"].astype(wide)), p["output_scale"],
+                  None if p["operands"]["initial_state"] is None
+                  else np.abs(p["operands"]["initial_state"].astype(wide))]
+    scales = reference.linear_recurrence_vjp(*magnitudes, **p["kwargs"])
+    for name, grad in zip(names, grads, strict=True):
+        index = ("decays", "impulses", "initial_state").index(name)
+        operand = p["operands"][name]
+        assert grad.shape == operand.shape
+        summed = p["grads"][index].shape != operand.shape
+        assert_within(to_numpy(grad), summed_to(p["grads"][index], operand.shape),
+                      2 * summed_to(scales[index], operand.shape), p["dtype"],
+                      p["output"].size if summed else p["length"], f"the gradient of the {name}")
