@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -19,18 +20,22 @@ KERNELS = HERE.parents[1] / "kernels"
 
 
 def build() -> ctypes.CDLL:
-    """Compile host.cpp with the kernel source (cached by content) and load it."""
+    """Compile host.cpp with the kernel source (cached by content and by the flags of
+    CUSCAN_HOST_FLAGS, added to the compiler's: the sanitizers of .ci/sanitizers) and load
+    it."""
     compiler = shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         raise RuntimeError("compiling the kernels for the host needs g++")
+    flags = os.environ.get("CUSCAN_HOST_FLAGS", "").split()
     source = (HERE / "host.cpp").read_bytes() + _kernels.source().encode()
-    digest = hashlib.sha256(source).hexdigest()[:16]
+    digest = hashlib.sha256(source + " ".join(flags).encode()).hexdigest()[:16]
     library = Path(tempfile.gettempdir()) / f"cuscan-kernel-host-{digest}.so"
     if not library.exists():
         scratch = library.with_suffix(f".{id(source)}.tmp")
         subprocess.run([compiler, "-std=c++17", "-O2", "-shared", "-fPIC", "-fno-fast-math",
-                        "-ffp-contract=off", "-I", str(KERNELS), str(HERE / "host.cpp"),
-                        "-o", str(scratch)], check=True, capture_output=True, text=True)
+                        "-ffp-contract=off", *flags, "-I", str(KERNELS),
+                        str(HERE / "host.cpp"), "-o", str(scratch)],
+                       check=True, capture_output=True, text=True)
         scratch.replace(library)
     return ctypes.CDLL(str(library))
 
