@@ -210,3 +210,65 @@ def test_large_problems_torch(large, device):
         assert_within(to_numpy(grad), summed_to(p["grads"][index], operand.shape),
                       2 * summed_to(scales[index], operand.shape), p["dtype"],
                       p["output"].size if summed else p["length"], f"the gradient of the {name}")
+
+
+
+BEYOND_INT32 = 2**31 + 7  # elements, past the largest 32-bit index
+
+
+def check_beyond_int32(backend: Backend) -> None:
+    """Float16 operands of more than 2^31 elements (one channel, two time-contiguous ones,
+    four time-major ones), both directions: one impulse nine steps from the end, halved at
+    every step, and the gradient of the step three further on, halved at every step back.
+    Every value is exact (powers of two down to float16's smallest, 2^-24), and the count of
+    nonzeros says that all the others are zero."""
+    xp = backend.xp
+    for shape, axis in [((BEYOND_INT32,), 0), ((2, BEYOND_INT32 // 2), 1),
+                        ((BEYOND_INT32 // 4, 4), 0)]:
+        length, channels = shape[axis], math.prod(shape) // shape[axis]
+        for reverse in (False, True):
+            step = -1 if reverse else 1
+            at = 8 if reverse else length - 9  # the impulse
+            seen = at + 3 * step  # the step whose gradient is taken
+
+            def values(start, count, step=step, shape=shape, axis=axis, array=None):
+                """``count`` steps from ``start`` on in time's direction (as run), each
+                channel's along the last axis."""
+                picked = start + step * np.arange(count)
+                taken = array[(slice(None),) * axis + (slice(picked.min(), picked.max() + 1),)]
+                got = np.moveaxis(backend.to_numpy(taken), axis, -1).astype(np.float64)
+                return got[..., ::step]
+
+            def one_hot(index, shape=shape, axis=axis):
+                array = xp.zeros(shape, np.float16)
+                array[(slice(None),) * axis + (index,)] = 1
+                return array
+
+            h = cuscan.linear_recurrence(np.float16(0.5), one_hot(at), axis=axis,
+                                         reverse=reverse)
+            halved = 0.5 ** np.arange(25)
+            np.testing.assert_array_equal(values(at, 9, array=h), np.broadcast_to(
+                halved[:9], (*shape[:axis], *shape[axis + 1:], 9)))
+            assert int(xp.count_nonzero(h)) == 9 * channels
+
+            grad_decays, grad_impulses, _ = cuscan.linear_recurrence_vjp(
+                one_hot(seen), np.float16(0.5), h, axis=axis, reverse=reverse)
+            del h
+            # back from the step seen: 2^-k at k steps before it, to 2^-24
+            np.testing.assert_array_equal(values(seen - 24 * step, 25, array=grad_impulses),
+                                          np.broadcast_to(halved[::-1], (
+                                              *shape[:axis], *shape[axis + 1:], 25)))
+            assert int(xp.count_nonzero(grad_impulses)) == 25 * channels
+            del grad_impulses
+            # the three steps after the impulse up to the one seen: 1/4 each, in every channel
+            assert float(grad_decays) == 0.75 * channels
+
+
+@pytest.mark.gpu
+def test_beyond_int32_indices():
+    """Operands of more than 2^31 elements on the GPU (8 GiB of float16 at a time)."""
+    from tests.conftest import _gpu_available
+
+    if not _gpu_available():
+        pytest.skip("needs CuPy and a CUDA GPU")
+    check_beyond_int32(Backend("cupy"))
