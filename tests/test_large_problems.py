@@ -15,7 +15,7 @@ import pytest
 import cuscan
 from cuscan import _dtypes
 from tests import reference
-from tests.conftest import DTYPES, IN_CI, Backend, dtype_of, require, tolerance
+from tests.conftest import DTYPES, IN_CI, Backend, _gpu_available, dtype_of, require, tolerance
 from tests.test_properties import in_memory, laid_out
 
 PROBLEMS = 24
@@ -212,16 +212,15 @@ def test_large_problems_torch(large, device):
                       p["output"].size if summed else p["length"], f"the gradient of the {name}")
 
 
-
 BEYOND_INT32 = 2**31 + 7  # elements, past the largest 32-bit index
 
 
 def check_beyond_int32(backend: Backend) -> None:
     """Float16 operands of more than 2^31 elements (one channel, two time-contiguous ones,
-    four time-major ones), both directions: one impulse nine steps from the end, halved at
-    every step, and the gradient of the step three further on, halved at every step back.
-    Every value is exact (powers of two down to float16's smallest, 2^-24), and the count of
-    nonzeros says that all the others are zero."""
+    four time-major ones), both directions: one impulse nine steps before the run's end,
+    halved at every step, and the gradient of the step three further on, halved at every step
+    back. Every value is exact (powers of two down to float16's smallest, 2^-24), and the
+    count of nonzeros says that all the others are zero."""
     xp = backend.xp
     for shape, axis in [((BEYOND_INT32,), 0), ((2, BEYOND_INT32 // 2), 1),
                         ((BEYOND_INT32 // 4, 4), 0)]:
@@ -267,8 +266,6 @@ def check_beyond_int32(backend: Backend) -> None:
 @pytest.mark.gpu
 def test_beyond_int32_indices():
     """Operands of more than 2^31 elements on the GPU (8 GiB of float16 at a time)."""
-    from tests.conftest import _gpu_available
-
     if not _gpu_available():
         pytest.skip("needs CuPy and a CUDA GPU")
     check_beyond_int32(Backend("cupy"))
