@@ -20,6 +20,7 @@ from tests.test_properties import in_memory, laid_out
 
 PROBLEMS = 24
 DECAYS = ["full", "per channel", "per step", "scalar"]
+OPERANDS = ("decays", "impulses", "initial_state")  # the order of the gradients
 
 
 def problem(seed: int) -> dict:
@@ -66,16 +67,25 @@ def problem(seed: int) -> dict:
     decays, impulses, state = (operands[k] for k in ("decays", "impulses", "initial_state"))
     output = reference.linear_recurrence(decays, impulses, state, **kwargs)
     rounded = output.astype(dtype)
-    magnitudes = [None if v is None else np.abs(v.astype(output.dtype))
-                  for v in (operands["grad_output"], decays, rounded, state)]
     return {
         "operands": operands, "layouts": layouts, "kwargs": kwargs, "method": method,
         "dtype": dtype, "length": length, "output": output,
         "output_scale": reference.error_scale(decays, impulses, state, **kwargs),
         "grads": reference.linear_recurrence_vjp(operands["grad_output"], decays, rounded,
                                                  state, **kwargs),
-        "grad_scales": reference.linear_recurrence_vjp(*magnitudes, **kwargs),
+        "grad_scales": gradient_scales(operands, np.abs(rounded.astype(output.dtype)), kwargs),
     }
+
+
+def gradient_scales(operands: dict, output_scale, kwargs: dict) -> tuple:
+    """The scales of the gradients' rounding errors: the gradient over the operands'
+    magnitudes, with ``output_scale`` for the output's."""
+    def magnitude(v):
+        return None if v is None else np.abs(reference._wide(v))
+
+    return reference.linear_recurrence_vjp(
+        magnitude(operands["grad_output"]), magnitude(operands["decays"]), output_scale,
+        magnitude(operands["initial_state"]), **kwargs)
 
 
 def summed_to(terms: np.ndarray, shape) -> np.ndarray:
@@ -123,19 +133,24 @@ def check(backend: Backend, p: dict) -> None:
     output = laid_out(backend, p["output"].astype(dtype), p["layouts"]["impulses"])
     grads = cuscan.linear_recurrence_vjp(views["grad_output"], views["decays"], output,
                                          views["initial_state"], **kwargs)
-    size = p["output"].size
-    for name, grad, expected, scale, operand in zip(
-            ["decays", "impulses", "initial_state"], grads, p["grads"], p["grad_scales"],
-            [p["operands"][k] for k in ("decays", "impulses", "initial_state")], strict=True):
-        if operand is None:
+    for name, grad, scale in zip(OPERANDS, grads, p["grad_scales"], strict=True):
+        if p["operands"][name] is None:
             assert grad is None
-            continue
-        assert grad.shape == operand.shape
-        summed = grad.shape != expected.shape
-        # a sum's terms' errors add up, and its own rounding grows with the number of terms
-        assert_within(backend.to_numpy(grad), summed_to(expected, operand.shape),
-                      2 * summed_to(scale, operand.shape), dtype, size if summed else length,
-                      f"the gradient of the {name}")
+        else:
+            assert_gradient(p, name, backend.to_numpy(grad), scale)
+
+
+def assert_gradient(p: dict, name: str, grad: np.ndarray, scale: np.ndarray) -> None:
+    """The gradient of the operand ``name`` against the reference's, within its error
+    ``scale`` (unsummed, as `gradient_scales` gives it)."""
+    operand = p["operands"][name]
+    expected = p["grads"][OPERANDS.index(name)]
+    assert grad.shape == operand.shape
+    summed = expected.shape != operand.shape
+    # a sum's terms' errors add up, and its own rounding grows with the number of terms
+    assert_within(grad, summed_to(expected, operand.shape), 2 * summed_to(scale, operand.shape),
+                  p["dtype"], p["output"].size if summed else p["length"],
+                  f"the gradient of the {name}")
 
 
 @pytest.fixture(scope="module", params=range(PROBLEMS), ids=lambda seed: f"seed{seed}")
@@ -181,7 +196,7 @@ def test_large_problems_torch(large, device):
         leaf = torch.from_numpy(memory.astype(wide)).to(device, dtype).requires_grad_()
         return leaf.permute(axes)[pick]
 
-    names = [k for k in ("decays", "impulses", "initial_state") if p["operands"][k] is not None]
+    names = [k for k in OPERANDS if p["operands"][k] is not None]
     views = {k: view(p["operands"][k], p["layouts"][k]) for k in names}
     h = cuscan.linear_recurrence(views["decays"], views["impulses"], views.get("initial_state"),
                                  method=p["method"], **p["kwargs"])
@@ -197,19 +212,9 @@ def test_large_problems_torch(large, device):
     grads = torch.autograd.grad(loss, [views[k] for k in names])
     # autograd's backward reads the computed output, whose error is relative to the forward
     # pass's error scale rather than to the output itself
-    magnitudes = [np.abs(p["operands"]["grad_output"].astype(wide)),
-                  np.abs(p["operands"]["decays"].astype(wide)), p["output_scale"],
-                  None if p["operands"]["initial_state"] is None
-                  else np.abs(p["operands"]["initial_state"].astype(wide))]
-    scales = reference.linear_recurrence_vjp(*magnitudes, **p["kwargs"])
+    scales = gradient_scales(p["operands"], p["output_scale"], p["kwargs"])
     for name, grad in zip(names, grads, strict=True):
-        index = ("decays", "impulses", "initial_state").index(name)
-        operand = p["operands"][name]
-        assert grad.shape == operand.shape
-        summed = p["grads"][index].shape != operand.shape
-        assert_within(to_numpy(grad), summed_to(p["grads"][index], operand.shape),
-                      2 * summed_to(scales[index], operand.shape), p["dtype"],
-                      p["output"].size if summed else p["length"], f"the gradient of the {name}")
+        assert_gradient(p, name, to_numpy(grad), scales[OPERANDS.index(name)])
 
 
 BEYOND_INT32 = 2**31 + 7  # elements, past the largest 32-bit index
@@ -222,6 +227,7 @@ def check_beyond_int32(backend: Backend) -> None:
     back. Every value is exact (powers of two down to float16's smallest, 2^-24), and the
     count of nonzeros says that all the others are zero."""
     xp = backend.xp
+    halved = 0.5 ** np.arange(25)
     for shape, axis in [((BEYOND_INT32,), 0), ((2, BEYOND_INT32 // 2), 1),
                         ((BEYOND_INT32 // 4, 4), 0)]:
         length, channels = shape[axis], math.prod(shape) // shape[axis]
@@ -245,7 +251,6 @@ def check_beyond_int32(backend: Backend) -> None:
 
             h = cuscan.linear_recurrence(np.float16(0.5), one_hot(at), axis=axis,
                                          reverse=reverse)
-            halved = 0.5 ** np.arange(25)
             np.testing.assert_array_equal(values(at, 9, array=h), np.broadcast_to(
                 halved[:9], (*shape[:axis], *shape[axis + 1:], 9)))
             assert int(xp.count_nonzero(h)) == 9 * channels
