@@ -2251,6 +2251,29 @@ def test_stateless_filters_with_zi(backend):
     assert not np.shares_memory(y, x)  # an array of its own, as every filter's output
 
 
+def test_empty_signal_keeps_its_state(backend):
+    """A signal with no samples along the axis leaves the state as it was: zf is zi, in the
+    signal's precision (SciPy 1.17 returns an uninitialised array), along either axis."""
+    rng = np.random.default_rng(23)
+    b, a = ss.butter(3, 0.2)
+    sos = ss.butter(5, 0.2, output="sos")
+    for dtype in (np.float64, np.float32, np.complex64):
+        for axis in (0, 1):
+            shape = [4, 4]
+            shape[axis] = 0
+            x = backend.asarray(np.zeros(shape, dtype))
+            zi = rng.standard_normal((3, 4) if axis == 0 else (4, 3))
+            zs = rng.standard_normal((3, 2, 4) if axis == 0 else (3, 4, 2))
+            for (y, zf), state in ((signal.lfilter(b, a, x, axis=axis, zi=backend.asarray(zi)),
+                                    zi),
+                                   (signal.sosfilt(sos, x, axis=axis, zi=backend.asarray(zs)),
+                                    zs)):
+                assert backend.to_numpy(y).shape == tuple(shape)
+                zf = backend.to_numpy(zf)
+                assert zf.dtype == dtype, (zf.dtype, dtype)
+                np.testing.assert_array_equal(zf, state.astype(dtype))
+
+
 def test_complex_state_of_a_real_signal(backend):
     """A complex zi makes the output complex, as in SciPy (not its imaginary part dropped)."""
     rng = np.random.default_rng(19)
