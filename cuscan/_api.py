@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import operator
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -15,9 +16,10 @@ METHODS = ("auto", "serial", "parallel")
 
 Method = Literal["auto", "serial", "parallel"]
 ArrayLike = Any
+_Function = TypeVar("_Function", bound=Callable[..., Any])
 
 
-def public(function):
+def public(function: _Function) -> _Function:
     """Mark a public function to be called as it is by TensorFlow's AutoGraph.
 
     Inside ``tf.function``, AutoGraph otherwise rewrites the source of every

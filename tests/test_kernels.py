@@ -391,10 +391,11 @@ def test_serial_launches_kept_by_layout(monkeypatch):
     assert 1 <= len(backend._kept) <= KEPT_LAUNCHES
 
 
-def test_kernel_source_ships_in_the_wheel(tmp_path):
+def test_kernel_source_and_type_marker_ship_in_the_wheel(tmp_path):
     root = _kernels.Path(__file__).resolve().parents[1]
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w",
                     str(tmp_path), str(root)], check=True)
     (wheel,) = tmp_path.glob("cuscan-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert f"cuscan/kernels/{_kernels.SOURCE}" in names
+    assert "cuscan/py.typed" in names  # type checkers read the annotations (test_public)
