@@ -6,9 +6,12 @@ import inspect
 import subprocess
 import sys
 import textwrap
+import zipfile
+from email.parser import Parser
 from pathlib import Path
 
 import cuscan
+from cuscan import _kernels
 from tests.conftest import require
 
 SUBPACKAGES = {"signal", "nn"}  # imported on their own: `import cuscan.signal`
@@ -76,6 +79,24 @@ def test_type_checkers_see_the_signatures(tmp_path):
     lines = sorted({int(line.split(":")[1]) for line in result.stdout.splitlines()
                     if line.startswith("user.py:") and ": error:" in line})
     assert lines == [9, 10, 11, 12], result.stdout + result.stderr
+
+
+def test_wheel_holds_the_kernels_the_type_marker_and_the_license(tmp_path):
+    """The wheel built from the tree: the CUDA source the GPU backend compiles, py.typed, the
+    license, and metadata whose version is ``cuscan.__version__`` (its one source)."""
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w",
+                    str(tmp_path), str(root)], check=True)
+    (wheel,) = tmp_path.glob("cuscan-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        info = f"cuscan-{cuscan.__version__}.dist-info"
+        metadata = Parser().parsestr(archive.read(f"{info}/METADATA").decode())
+    assert f"cuscan/kernels/{_kernels.SOURCE}" in names
+    assert "cuscan/py.typed" in names
+    assert f"{info}/licenses/LICENSE" in names
+    assert metadata["Version"] == cuscan.__version__
+    assert metadata["License-Expression"] == "MIT"
 
 
 def test_import_loads_no_framework_and_no_cupy():
