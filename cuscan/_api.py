@@ -16,10 +16,10 @@ METHODS = ("auto", "serial", "parallel")
 
 Method = Literal["auto", "serial", "parallel"]
 ArrayLike = Any
-_Function = TypeVar("_Function", bound=Callable[..., Any])
+Decorated = TypeVar("Decorated", bound=Callable[..., Any])  # a decorator keeps its type
 
 
-def public(function: _Function) -> _Function:
+def public(function: Decorated) -> Decorated:
     """Mark a public function to be called as it is by TensorFlow's AutoGraph.
 
     Inside ``tf.function``, AutoGraph otherwise rewrites the source of every

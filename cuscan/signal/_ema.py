@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Literal
 
 import numpy as np
 
@@ -22,7 +23,8 @@ from cuscan.signal._filters import (
 @public
 @_sizes_when_run("x", "alpha")
 def ema(x: ArrayLike, alpha: ArrayLike, axis: int = -1, adjust: bool = False,
-        nan_policy: str = "propagate", ignore_na: bool = False, min_periods: int | None = 0):
+        nan_policy: Literal["propagate", "omit"] = "propagate", ignore_na: bool = False,
+        min_periods: int | None = 0):
     """Exponential moving average, as ``pandas.Series.ewm(alpha=alpha, adjust=...).mean()``.
 
     With ``adjust=False`` (the recursive form), ``y[0] = x[0]`` and

@@ -11,12 +11,13 @@ import inspect
 import math
 import numbers
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import numpy as np
 
 from cuscan import _backend
-from cuscan._api import check_given, linear_recurrence, public, time_axis
+from cuscan._api import Decorated, check_given, linear_recurrence, public, time_axis
 from cuscan._dtypes import unsupported
 from cuscan._numpy_backend import _quiet
 from cuscan.signal import _chunks, _stream
@@ -26,7 +27,7 @@ from cuscan.signal._poles import _pole_stages
 ArrayLike = Any
 
 
-def _front_door(function):
+def _front_door(function: Decorated) -> Decorated:
     """``function``, run as Python even when ``torch.compile`` meets it, and with a clear
     error where a symbolic length (JAX's shape polymorphism) is too vague for it. No
     floating-point warnings: infinities and NaN in a signal are data, carried as SciPy
@@ -60,10 +61,10 @@ def _front_door(function):
                 f"JAX says: {str(error).splitlines()[0]}"
             ) from error
 
-    return wrapper
+    return cast(Decorated, wrapper)
 
 
-def _sizes_when_run(*data: str, state=None):
+def _sizes_when_run(*data: str, state=None) -> Callable[[Decorated], Decorated]:
     """Inside tf.function, a call on tensors some of whose sizes are unknown (None, as
     Keras' batch) runs as it runs eagerly, in a tf.py_function, or where the graph cannot
     call back into Python, in the filters' own operations (`_tensorflow.when_run`); it is
@@ -71,7 +72,7 @@ def _sizes_when_run(*data: str, state=None):
     work on the sizes. ``state(arguments, shape)``, where given, is the shape the second of
     ``data`` (zi) must have for a signal of ``shape``, for its sizes that are unknown."""
 
-    def decorate(function):
+    def decorate(function: Decorated) -> Decorated:
         signature = inspect.signature(function)
 
         @functools.wraps(function)
@@ -87,7 +88,7 @@ def _sizes_when_run(*data: str, state=None):
                     return _tensorflow.when_run(function, bound, data, state)
             return function(*args, **kwargs)
 
-        return wrapper
+        return cast(Decorated, wrapper)
 
     return decorate
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Literal
 
 import numpy as np
 
@@ -36,6 +37,8 @@ from cuscan.signal._filters import (
     _steady_state,
     _time_major,
 )
+
+PadType = Literal["odd", "even", "constant"] | None
 
 
 def _edge(x, axis: int, padtype, padlen, taps: int) -> int:
@@ -272,8 +275,9 @@ def _in_blocks(run, steady: np.ndarray, ns, x, axis: int, padtype, edge: int, wo
 @public
 @_sizes_when_run("x")
 @_front_door
-def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
-             padlen: int | None = None, method: str = "pad", irlen: int | None = None):
+def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
+             padtype: PadType = "odd", padlen: int | None = None,
+             method: Literal["pad", "gust"] = "pad", irlen: int | None = None):
     """Filter `x` forward and backward (zero phase), as ``scipy.signal.filtfilt``.
 
     Parameters
@@ -555,7 +559,7 @@ def _gustafsson_operators(b: np.ndarray, a: np.ndarray, span: int, whole: bool):
 @public
 @_sizes_when_run("x")
 @_front_door
-def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype="odd",
+def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype: PadType = "odd",
                 padlen: int | None = None):
     """Filter `x` forward and backward with second-order sections, as
     ``scipy.signal.sosfiltfilt``.
