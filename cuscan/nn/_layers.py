@@ -41,7 +41,7 @@ class _Stack(nn.Module):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, *,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 method: str = "auto", device=None, dtype=None, **layer_options):
+                 method: _api.Method = "auto", device=None, dtype=None, **layer_options):
         super().__init__()
         unknown = sorted(set(layer_options) - set(self.layer_options))
         if unknown:
@@ -522,7 +522,8 @@ class QRNN(_Stack):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, *,
                  window: int = 2, batch_first: bool = False, dropout: float = 0.0,
-                 bidirectional: bool = False, method: str = "auto", device=None, dtype=None):
+                 bidirectional: bool = False, method: _api.Method = "auto", device=None,
+                 dtype=None):
         _check_count("window", window)
         super().__init__(input_size, hidden_size, num_layers, batch_first=batch_first,
                          dropout=dropout, bidirectional=bidirectional, method=method,
