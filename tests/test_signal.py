@@ -2178,10 +2178,25 @@ def test_errors():
         signal.lfilter(None, [1.0], np.ones(3))
     with pytest.raises(TypeError, match="`x` must be an array or a scalar; got None"):
         signal.lfilter([1.0], [1.0, -0.5], None)
-    with pytest.raises(ValueError, match="pole at z = 1"):
+    # A pole at z = 1: no steady state, named by where it is and what needed it.
+    whole = r"the filter has a pole at z = 1 \(`a` sums to zero\): a step input has no " \
+        "steady state, which "
+    section = r"section 1 of `sos` has a pole at z = 1 \(`sos\[1, 3:\]` sums to zero\): a step " \
+        "input has no steady state, which "
+    sections = [[1, 0, 0, 1, 0.5, 0], [1, 0, 0, 1, -2, 1]]
+    with pytest.raises(ValueError, match=f"^{whole}`lfilter_zi` returns$"):
         signal.lfilter_zi([1.0], [1.0, -1.0])
-    with pytest.raises(ValueError, match="pole at z = 1"):
-        signal.sosfilt_zi([[1, 0, 0, 1, -2, 1]])
+    with pytest.raises(ValueError, match=f"^{section}`sosfilt_zi` returns$"):
+        signal.sosfilt_zi(sections)
+    with pytest.raises(ValueError, match=f"^{whole}`filtfilt` starts its passes from, as "
+                                         r"SciPy's does \(method=\"gust\" needs none\)$"):
+        signal.filtfilt([1.0], [1.0, -1.0], np.ones(10))
+    with pytest.raises(ValueError, match=f"^{section}`sosfiltfilt` starts its passes from, as "
+                                         "SciPy's does$"):
+        signal.sosfiltfilt(sections, np.ones(20))
+    np.testing.assert_allclose(signal.filtfilt([1.0], [1.0, -1.0], np.ones(10), method="gust"),
+                               ss.filtfilt([1.0], [1.0, -1.0], np.ones(10), method="gust"),
+                               atol=1e-12)  # Gustafsson's needs no steady state
     for a in ([1.0, np.nan], [np.inf, 1.0]):
         with pytest.raises(ValueError, match="`a` must be finite, to be factored into poles"):
             signal.lfilter([1.0], a, np.ones(10))

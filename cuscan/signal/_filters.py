@@ -93,6 +93,29 @@ def _sizes_when_run(*data: str, state=None) -> Callable[[Decorated], Decorated]:
     return decorate
 
 
+class _NoSteadyState(ValueError):
+    """A filter with a pole at z = 1: a step input has no steady state. Its message says
+    where the pole is; `_needs_steady_state` adds what wanted the state."""
+
+
+def _needs_steady_state(purpose: str) -> Callable[[Decorated], Decorated]:
+    """A public function that needs its filter's steady state for a step input: where there
+    is none, its ValueError says so and what the function wanted it for, ``purpose``."""
+
+    def decorate(function: Decorated) -> Decorated:
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            try:
+                return function(*args, **kwargs)
+            except _NoSteadyState as error:
+                raise ValueError(f"{error}: a step input has no steady state, which "
+                                 f"`{function.__name__}` {purpose}") from None
+
+        return cast(Decorated, wrapper)
+
+    return decorate
+
+
 def _host(coefficients, name: str) -> np.ndarray:
     """Filter coefficients as a NumPy array of float64 or complex128: they are small, and
     constants (CuPy arrays and tensors are copied; the filter is not differentiated with
@@ -1141,6 +1164,7 @@ def _step(b: np.ndarray, a: np.ndarray, offset: int):
 
 @public
 @_front_door
+@_needs_steady_state("returns")
 def lfilter_zi(b: ArrayLike, a: ArrayLike) -> np.ndarray:
     """The steady-state initial state of `lfilter` for a step input, as SciPy's.
 
@@ -1202,8 +1226,7 @@ def _steady_state(b: np.ndarray, a: np.ndarray) -> np.ndarray:
     b = np.concatenate([b, np.zeros(order + 1 - b.size)])
     a = np.concatenate([a, np.zeros(order + 1 - a.size)])
     if a.sum() == 0:
-        raise ValueError("the filter has a pole at z = 1 (`a` sums to zero), so a step input "
-                         "has no steady state and `lfilter_zi` none to return")
+        raise _NoSteadyState("the filter has a pole at z = 1 (`a` sums to zero)")
     # In steady state y = x = 1 and zf = zi: zi[i] = sum_{k > i} (b_k - a_k * G)
     # with G = sum b / sum a the DC gain, so the state solves a triangular sum.
     gain = b.sum() / a.sum()
@@ -1212,10 +1235,37 @@ def _steady_state(b: np.ndarray, a: np.ndarray) -> np.ndarray:
 
 @public
 @_front_door
+@_needs_steady_state("returns")
 def sosfilt_zi(sos: ArrayLike) -> np.ndarray:
     """The steady-state initial states of `sosfilt` for a step input, as SciPy's.
 
-    Returns ``(n_sections, 2)``; scale by the first sample as for `lfilter_zi`.
+    Scale them by the first sample, ``zi = sosfilt_zi(sos) * x[0]``, to start
+    filtering without a transient.
+
+    Parameters
+    ----------
+    sos : array_like
+        Second-order sections, ``(n_sections, 6)``: ``b0, b1, b2, a0, a1, a2``
+        each (``a0`` non-zero; a section is normalised by it).
+
+    Returns
+    -------
+    zi : ndarray
+        ``(n_sections, 2)``, float64 (complex128 for complex sections).
+
+    Raises
+    ------
+    ValueError
+        If a section has a pole at z = 1 (its ``a`` sums to zero): a step
+        input then has no steady state.
+
+    Examples
+    --------
+    >>> from cuscan.signal import sosfilt, sosfilt_zi
+    >>> sos = [[0.5, 0.0, 0.0, 1.0, -0.5, 0.0]]
+    >>> y, _ = sosfilt(sos, [2.0, 2.0], zi=sosfilt_zi(sos) * 2)
+    >>> y
+    array([2., 2.])
     """
     return _sections_steady_state(_sections(sos))
 
@@ -1224,9 +1274,13 @@ def sosfilt_zi(sos: ArrayLike) -> np.ndarray:
 def _sections_steady_state(sos: np.ndarray) -> np.ndarray:
     """`sosfilt_zi` of checked sections (`_sections`)."""
     states, scale = [], 1.0
-    for row in sos:
+    for k, row in enumerate(sos):
         b, a = row[:3] / row[3], row[3:] / row[3]
-        states.append(_steady_state(b, a) * scale)
+        try:
+            states.append(_steady_state(b, a) * scale)
+        except _NoSteadyState:
+            raise _NoSteadyState(f"section {k} of `sos` has a pole at z = 1 (`sos[{k}, 3:]` "
+                                 "sums to zero)") from None
         scale *= b.sum() / a.sum()
     return np.array(states).reshape(len(sos), 2)
 

@@ -25,6 +25,7 @@ from cuscan.signal._filters import (
     _front_door,
     _keep,
     _length,
+    _needs_steady_state,
     _normalized,
     _on_chunks,
     _on_host,
@@ -275,6 +276,7 @@ def _in_blocks(run, steady: np.ndarray, ns, x, axis: int, padtype, edge: int, wo
 @public
 @_sizes_when_run("x")
 @_front_door
+@_needs_steady_state("starts its passes from, as SciPy's does (method=\"gust\" needs none)")
 def filtfilt(b: ArrayLike, a: ArrayLike, x: ArrayLike, axis: int = -1,
              padtype: PadType = "odd", padlen: int | None = None,
              method: Literal["pad", "gust"] = "pad", irlen: int | None = None):
@@ -559,6 +561,7 @@ def _gustafsson_operators(b: np.ndarray, a: np.ndarray, span: int, whole: bool):
 @public
 @_sizes_when_run("x")
 @_front_door
+@_needs_steady_state("starts its passes from, as SciPy's does")
 def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype: PadType = "odd",
                 padlen: int | None = None):
     """Filter `x` forward and backward with second-order sections, as
