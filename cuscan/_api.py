@@ -207,11 +207,6 @@ def linear_recurrence_vjp(
         Gradient with respect to `initial_state`, summed back to its shape;
         None when `initial_state` is None.
 
-    All three share one dtype: the promotion of the four inputs' dtypes, by
-    the rules of :func:`linear_recurrence`. So real `decays` of a complex
-    `output` get a complex `grad_decays`; keep its real part (as autodiff
-    frameworks do) for the gradient of a real parameter.
-
     Raises
     ------
     ValueError
@@ -237,6 +232,11 @@ def linear_recurrence_vjp(
     For complex dtypes this is PyTorch's convention: the gradient is the
     conjugate Wirtinger derivative, so for a real loss ``L`` it is
     ``dL/d(re z) + 1j * dL/d(im z)``. For real dtypes ``conj`` does nothing.
+
+    The three gradients share one dtype: the promotion of the four inputs'
+    dtypes, by the rules of :func:`linear_recurrence`. So real `decays` of a
+    complex `output` get a complex `grad_decays`; keep its real part (as
+    autodiff frameworks do) for the gradient of a real parameter.
 
     References
     ----------

@@ -564,8 +564,7 @@ def _gustafsson_operators(b: np.ndarray, a: np.ndarray, span: int, whole: bool):
 @_needs_steady_state("starts its passes from, as SciPy's does")
 def sosfiltfilt(sos: ArrayLike, x: ArrayLike, axis: int = -1, padtype: PadType = "odd",
                 padlen: int | None = None):
-    """Filter `x` forward and backward with second-order sections, as
-    ``scipy.signal.sosfiltfilt``.
+    """Filter `x` forward and backward in second-order sections, as ``scipy.signal.sosfiltfilt``.
 
     Parameters
     ----------
