@@ -71,7 +71,8 @@ def _loop_layer(layer, x, state):
         c = zeros if state is None else state
         for t in range(steps):
             candidate, f, r = layer.linear(x[t]).chunk(3, dim=-1)  # W x, W_f x, W_r x
-            b_f, b_r = layer.bias.chunk(2)
+            b_f, b_r = (zeros.new_zeros(2 * hidden) if layer.bias is None
+                        else layer.bias).chunk(2)
             f, r = torch.sigmoid(f + b_f), torch.sigmoid(r + b_r)
             c = f * c + (1 - f) * candidate
             outputs.append(r * torch.tanh(c) + (1 - r) * layer.highway(x[t]))
@@ -79,7 +80,7 @@ def _loop_layer(layer, x, state):
     c, before = (zeros, None) if state is None else state
     weight, bias = layer.conv.weight, layer.conv.bias  # (3H, m, k)
     for t in range(steps):
-        pre = bias.expand(batch, -1).clone()
+        pre = x.new_zeros(batch, 3 * hidden) if bias is None else bias.expand(batch, -1).clone()
         for k in range(layer.window):  # tap k reads x[t - (window - 1) + k]
             source = t - (layer.window - 1) + k
             if source >= 0:
@@ -144,8 +145,9 @@ def each(state, change):
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 @pytest.mark.parametrize("method", ["serial", "parallel"])
-def test_matches_the_equations(name, method):
-    model, inputs = make(name, method)
+@pytest.mark.parametrize("bias", [True, False])
+def test_matches_the_equations(name, method, bias):
+    model, inputs = make(name, method, bias=bias)
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(300, 4, inputs, generator=generator, dtype=torch.float64)
     state = random_state(model, 4, generator)
@@ -231,8 +233,9 @@ def test_state_carries_across_blocks(name, batch_first):
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_gradcheck(name):
-    model, inputs = make(name, "parallel", hidden=2)
+@pytest.mark.parametrize("bias", [True, False])
+def test_gradcheck(name, bias):
+    model, inputs = make(name, "parallel", hidden=2, bias=bias)
     x = torch.randn(6, 2, inputs, dtype=torch.float64, requires_grad=True)
     like = random_state(model, 2, torch.Generator().manual_seed(6))
     state = [s.requires_grad_() for s in flat(like)]
@@ -372,6 +375,28 @@ def test_qrnn_state_of_c_alone():
     assert "method='auto', window=2\n" in repr(QRNN(3, 4))
 
 
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_without_biases(name):
+    """``bias=False``, as ``torch.nn.LSTM``'s: the same weights and no bias anywhere;
+    made on the meta device and reset, it is made as directly."""
+    biased = MODELS[name](3, 4, num_layers=2, bidirectional=True)
+    model = MODELS[name](3, 4, num_layers=2, bidirectional=True, bias=False)
+    assert model.bias is False
+    assert biased.bias is True
+    assert "bias=False" in repr(model)
+    assert "bias" not in repr(biased).split("\n")[1]
+    weights = {key: p.shape for key, p in model.named_parameters()}
+    assert weights == {key: p.shape for key, p in biased.named_parameters()
+                       if not key.endswith("bias")}
+    torch.manual_seed(6)
+    direct = MODELS[name](3, 4, num_layers=2, bias=False)
+    meta = MODELS[name](3, 4, num_layers=2, bias=False, device="meta").to_empty(device="cpu")
+    torch.manual_seed(6)
+    meta.reset_parameters()
+    x = torch.randn(7, 2, direct.input_size)
+    torch.testing.assert_close(meta(x)[0], direct(x)[0], rtol=0, atol=0)
+
+
 def test_sru_biases_drawn_as_linear_draws_its_own():
     """Within +-1/sqrt(fan_in), over most of it (512 draws a layer)."""
     torch.manual_seed(3)
@@ -435,8 +460,10 @@ def test_errors():
         qrnn(x[:, 0], (c, None, None))
     with pytest.raises(ValueError, match=r"got str"):
         GILRLSTM(3, 4)(x, "state")
-    with pytest.raises(TypeError, match=r"^GILR\(\) got an unexpected keyword argument 'window'"):
+    with pytest.raises(TypeError, match=r"got an unexpected keyword argument 'window'"):
         GILR(3, 4, window=2)
+    with pytest.raises(TypeError, match=r"^`bias` must be a bool; got 'no'$"):
+        SRU(3, 4, bias="no")
     with pytest.raises(TypeError, match=r"a Tensor or a PackedSequence; got ndarray"):
         model(torch.randn(5, 2, 3).numpy())
     with pytest.raises(ValueError, match=(

@@ -28,25 +28,22 @@ def _previous(states, initial_state):
 class _Stack(nn.Module):
     """Layers of one kind stacked; handles the input layouts, ``method`` and the states.
 
-    Subclasses make their layers with ``_layer(input_size, hidden_size)``. A
-    layer is called with time-major ``(T, B, input)``, its initial states (a
-    tuple in the order of ``state_names``, None for zeros), ``method`` and the
-    sequences' lengths (None when all are ``T``), and returns ``(T, B, hidden)``
-    and its final states, each sequence's after its own last step. States
-    stack along a leading layer dimension (``_split`` and ``_join``).
+    Subclasses make their layers with ``_layer(input_size, hidden_size, bias,
+    factory)`` (``factory`` the device and dtype). A layer is called with
+    time-major ``(T, B, input)``, its initial states (a tuple in the order of
+    ``state_names``, None for zeros), ``method`` and the sequences' lengths
+    (None when all are ``T``), and returns ``(T, B, hidden)`` and its final
+    states, each sequence's after its own last step. States stack along a
+    leading layer dimension (``_split`` and ``_join``).
     """
 
     state_names: tuple[str, ...] = ("h",)
-    layer_options: tuple[str, ...] = ()  # keywords of a subclass's own, passed to _layer
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, *,
-                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 method: _api.Method = "auto", device=None, dtype=None, **layer_options):
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
+                 bidirectional: bool = False, method: _api.Method = "auto", device=None,
+                 dtype=None):
         super().__init__()
-        unknown = sorted(set(layer_options) - set(self.layer_options))
-        if unknown:
-            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument "
-                            f"{unknown[0]!r}")
         for name, value in (("input_size", input_size), ("hidden_size", hidden_size),
                             ("num_layers", num_layers)):
             _check_count(name, value)
@@ -54,10 +51,11 @@ class _Stack(nn.Module):
                 0 <= dropout <= 1):
             raise ValueError(f"`dropout` must be a number in [0, 1]; got {dropout!r}")
         _api.check_method(method)
+        bias = _check_flag("bias", bias)
         batch_first = _check_flag("batch_first", batch_first)
         bidirectional = _check_flag("bidirectional", bidirectional)
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
-        self.batch_first, self.method = batch_first, method
+        self.bias, self.batch_first, self.method = bias, batch_first, method
         self.dropout, self.bidirectional = float(dropout), bidirectional
         directions = 2 if bidirectional else 1
         # Layer i's directions are layers[i * directions:(i + 1) * directions], as the
@@ -66,10 +64,11 @@ class _Stack(nn.Module):
         factory = {"device": device, "dtype": dtype}  # as torch.nn modules take them
         self.layers = nn.ModuleList(
             self._layer(input_size if i < directions else directions * hidden_size,
-                        hidden_size, factory, **layer_options)
+                        hidden_size, bias, factory)
             for i in range(num_layers * directions))
 
-    def _layer(self, input_size: int, hidden_size: int, factory: dict, **options) -> nn.Module:
+    def _layer(self, input_size: int, hidden_size: int, bias: bool,
+               factory: dict) -> nn.Module:
         raise NotImplementedError
 
     def reset_parameters(self) -> None:
@@ -197,7 +196,8 @@ class _Stack(nn.Module):
     def extra_repr(self) -> str:
         options = "".join(f", {name}={getattr(self, name)}" for name in (
             "dropout", "bidirectional") if getattr(self, name))
-        return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
+        bias = "" if self.bias else ", bias=False"
+        return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}{bias}, "
                 f"batch_first={self.batch_first}{options}, method={self.method!r}")
 
 
@@ -277,36 +277,15 @@ def _final(sequence, initial, lengths):
     return sequence.new_zeros(sequence.shape[1:]) if initial is None else initial.clone()
 
 
-class _GILRLayer(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int, factory: dict):
-        super().__init__()
-        self.linear = nn.Linear(input_size, 2 * hidden_size, **factory)  # U, V with b_g, b_z
-
-    def sequence(self, x, initial, method):
-        """``h`` at every step."""
-        gate, impulse = self.linear(x).chunk(2, dim=-1)
-        gate = torch.sigmoid(gate)
-        return _scan(gate, (1 - gate) * torch.tanh(impulse), initial, method)
-
-    def forward(self, x, state, method, lengths):
-        h = self.sequence(x, state[0], method)
-        return h, (_final(h, state[0], lengths),)
-
-
-class GILR(_Stack):
-    r"""Gated impulse linear recurrent layers (Martin & Cundy 2018, section 3.1).
-
-    .. math::
-
-        g_t = \sigma(U x_t + b_g), \quad i_t = \tanh(V x_t + b_z), \quad
-        h_t = g_t \odot h_{t-1} + (1 - g_t) \odot i_t
-
-    Parameters
+_PARAMETERS = """Parameters
     ----------
     input_size, hidden_size : int
         Features in and out.
     num_layers : int, default 1
-        Layers stacked; each after the first reads the previous one's ``h``.
+        Layers stacked; each after the first reads the previous one's outputs.
+{options}    bias : bool, default True
+        Whether the layers' linear maps (and a QRNN's convolutions) add biases;
+        with False they have weights alone, as ``torch.nn.LSTM(bias=False)``.
     batch_first : bool, default False
         Inputs and outputs are ``(B, T, features)`` instead of ``(T, B, features)``.
     dropout : float, default 0
@@ -321,7 +300,48 @@ class GILR(_Stack):
         How ``cuscan.linear_recurrence`` runs; the numbers agree to rounding.
     device, dtype : optional
         Where and in which dtype the parameters are made, as for ``torch.nn``
-        modules (``device="meta"`` makes them without memory).
+        modules (``device="meta"`` makes them without memory)."""
+
+
+def _documented(options: str = ""):
+    """A class decorator: the stacks' shared Parameters section where the class's
+    docstring says ``{parameters}``, with ``options``, the class's own entries, after
+    `num_layers` (as in its signature)."""
+    def document(cls):
+        if cls.__doc__ is not None:  # None under python -OO
+            cls.__doc__ = cls.__doc__.replace(
+                "{parameters}", _PARAMETERS.replace("{options}", options))
+        return cls
+    return document
+
+
+class _GILRLayer(nn.Module):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool, factory: dict):
+        super().__init__()
+        # U, V with b_g, b_z
+        self.linear = nn.Linear(input_size, 2 * hidden_size, bias=bias, **factory)
+
+    def sequence(self, x, initial, method):
+        """``h`` at every step."""
+        gate, impulse = self.linear(x).chunk(2, dim=-1)
+        gate = torch.sigmoid(gate)
+        return _scan(gate, (1 - gate) * torch.tanh(impulse), initial, method)
+
+    def forward(self, x, state, method, lengths):
+        h = self.sequence(x, state[0], method)
+        return h, (_final(h, state[0], lengths),)
+
+
+@_documented()
+class GILR(_Stack):
+    r"""Gated impulse linear recurrent layers (Martin & Cundy 2018, section 3.1).
+
+    .. math::
+
+        g_t = \sigma(U x_t + b_g), \quad i_t = \tanh(V x_t + b_z), \quad
+        h_t = g_t \odot h_{t-1} + (1 - g_t) \odot i_t
+
+    {parameters}
 
     Examples
     --------
@@ -333,16 +353,16 @@ class GILR(_Stack):
     (torch.Size([100, 3, 8]), torch.Size([2, 3, 8]))
     """
 
-    def _layer(self, input_size, hidden_size, factory):
-        return _GILRLayer(input_size, hidden_size, factory)
+    def _layer(self, input_size, hidden_size, bias, factory):
+        return _GILRLayer(input_size, hidden_size, bias, factory)
 
 
 class _GILRLSTMLayer(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int, factory: dict):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool, factory: dict):
         super().__init__()
-        self.surrogate = _GILRLayer(input_size, hidden_size, factory)  # V_g, V_j
+        self.surrogate = _GILRLayer(input_size, hidden_size, bias, factory)  # V_g, V_j
         # V_{f,i,o,z} with b_{f,i,o,z}, and U_{f,i,o,z}
-        self.inputs = nn.Linear(input_size, 4 * hidden_size, **factory)
+        self.inputs = nn.Linear(input_size, 4 * hidden_size, bias=bias, **factory)
         self.recurrent = nn.Linear(hidden_size, 4 * hidden_size, bias=False, **factory)
 
     def forward(self, x, state, method, lengths):
@@ -357,9 +377,11 @@ class _GILRLSTMLayer(nn.Module):
                    _final(c, cell_state, lengths))
 
 
+@_documented()
 class GILRLSTM(_Stack):
-    r"""GILR-LSTM layers: an LSTM whose gates read a GILR surrogate of ``h``
-    (Martin & Cundy 2018, section 3.2).
+    r"""LSTM layers whose gates read a GILR surrogate of ``h`` (Martin & Cundy 2018).
+
+    The GILR-LSTM of the paper's section 3.2:
 
     .. math::
 
@@ -370,9 +392,11 @@ class GILRLSTM(_Stack):
         c_t &= f_t \odot c_{t-1} + i_t \odot z_t, \quad h_t = o_t \odot c_t
 
     Both recurrences (the surrogate and the cell) are linear, so the whole
-    layer is parallel over time. Parameters as for :class:`GILR`; the state
-    is the pair ``(surrogate, cell)``, each ``(num_layers, B, hidden_size)``
-    (``2 * num_layers`` when bidirectional).
+    layer is parallel over time. The state is the pair ``(surrogate, cell)``,
+    each ``(num_layers, B, hidden_size)`` (``2 * num_layers`` when
+    bidirectional).
+
+    {parameters}
 
     Examples
     --------
@@ -385,16 +409,16 @@ class GILRLSTM(_Stack):
 
     state_names = ("surrogate", "cell")
 
-    def _layer(self, input_size, hidden_size, factory):
-        return _GILRLSTMLayer(input_size, hidden_size, factory)
+    def _layer(self, input_size, hidden_size, bias, factory):
+        return _GILRLSTMLayer(input_size, hidden_size, bias, factory)
 
 
 class _SRULayer(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int, factory: dict):
+    def __init__(self, input_size: int, hidden_size: int, bias: bool, factory: dict):
         super().__init__()
-        self.input_size = input_size
+        self.input_size, self.hidden_size = input_size, hidden_size
         # b_f, b_r; drawn first, as the reset of the whole model draws them.
-        self.bias = nn.Parameter(torch.empty(2 * hidden_size, **factory))
+        self.bias = nn.Parameter(torch.empty(2 * hidden_size, **factory)) if bias else None
         self.reset_parameters()
         self.linear = nn.Linear(input_size, 3 * hidden_size, bias=False, **factory)  # W, W_f, W_r
         # The highway needs x in the hidden size: a projection when the sizes differ.
@@ -405,16 +429,19 @@ class _SRULayer(nn.Module):
         """Draw the gates' biases as ``torch.nn.Linear`` draws its own (the weights are
         the ``Linear`` modules', reset by theirs)."""
         bound = 1 / math.sqrt(self.input_size)  # input_size >= 1 (_check_count)
-        nn.init.uniform_(self.bias, -bound, bound)
+        if self.bias is not None:
+            nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, x, state, method, lengths):
-        candidate, gates = self.linear(x).tensor_split([self.bias.shape[0] // 2], dim=-1)
-        forget, reset = torch.sigmoid(gates + self.bias).chunk(2, dim=-1)
+        candidate, gates = self.linear(x).tensor_split([self.hidden_size], dim=-1)
+        forget, reset = torch.sigmoid(
+            gates if self.bias is None else gates + self.bias).chunk(2, dim=-1)
         c = _scan(forget, (1 - forget) * candidate, state[0], method)
         h = reset * torch.tanh(c) + (1 - reset) * self.highway(x)
         return h, (_final(c, state[0], lengths),)
 
 
+@_documented()
 class SRU(_Stack):
     r"""Simple recurrent units (Lei et al. 2017), their recurrence computed in parallel.
 
@@ -426,7 +453,9 @@ class SRU(_Stack):
         h_t = r_t \odot \tanh(c_t) + (1 - r_t) \odot x_t
 
     Where ``input_size != hidden_size`` the highway term uses a learned
-    projection of ``x_t``. Parameters as for :class:`GILR`; the state is ``c``.
+    projection of ``x_t``. The state is ``c``.
+
+    {parameters}
 
     Examples
     --------
@@ -439,16 +468,17 @@ class SRU(_Stack):
 
     state_names = ("c",)
 
-    def _layer(self, input_size, hidden_size, factory):
-        return _SRULayer(input_size, hidden_size, factory)
+    def _layer(self, input_size, hidden_size, bias, factory):
+        return _SRULayer(input_size, hidden_size, bias, factory)
 
 
 class _QRNNLayer(nn.Module):
-    def __init__(self, input_size: int, hidden_size: int, window: int, factory: dict):
+    def __init__(self, input_size: int, hidden_size: int, window: int, bias: bool,
+                 factory: dict):
         super().__init__()
         self.window = window
         # One causal convolution giving Z, F and O.
-        self.conv = nn.Conv1d(input_size, 3 * hidden_size, window, **factory)
+        self.conv = nn.Conv1d(input_size, 3 * hidden_size, window, bias=bias, **factory)
 
     def forward(self, x, state, method, lengths):
         initial, before = state
@@ -477,6 +507,10 @@ class _QRNNLayer(nn.Module):
         return h, (_final(c, initial, lengths), last)
 
 
+@_documented(options="""    window : int, default 2
+        The width of the convolution over time: step ``t`` reads inputs
+        ``t - window + 1`` to ``t``.
+""")
 class QRNN(_Stack):
     r"""Quasi-recurrent layers with fo-pooling (Bradbury et al. 2017).
 
@@ -486,8 +520,7 @@ class QRNN(_Stack):
         c_t = f_t \odot c_{t-1} + (1 - f_t) \odot z_t, \quad h_t = o_t \odot c_t
 
     where ``*`` is a causal convolution over time of width `window`: step
-    ``t`` sees inputs ``t - window + 1`` to ``t``. Parameters as for
-    :class:`GILR`, plus `window` (the filter width, default 2).
+    ``t`` sees inputs ``t - window + 1`` to ``t``.
 
     The state is the pair ``(c, inputs)``: ``c`` stacked as in
     :class:`GILR`, and ``inputs`` a tuple with, for each layer (and
@@ -502,6 +535,8 @@ class QRNN(_Stack):
     zeros. A backward direction reads the inputs after the end instead; its
     entry in ``inputs`` holds those (given) and the first ``window - 1``
     inputs (final), again in time order.
+
+    {parameters}
 
     Examples
     --------
@@ -518,20 +553,20 @@ class QRNN(_Stack):
     True
     """
 
-    layer_options = ("window",)
-
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, *,
-                 window: int = 2, batch_first: bool = False, dropout: float = 0.0,
-                 bidirectional: bool = False, method: _api.Method = "auto", device=None,
-                 dtype=None):
+                 window: int = 2, bias: bool = True, batch_first: bool = False,
+                 dropout: float = 0.0, bidirectional: bool = False,
+                 method: _api.Method = "auto", device=None, dtype=None):
         _check_count("window", window)
-        super().__init__(input_size, hidden_size, num_layers, batch_first=batch_first,
-                         dropout=dropout, bidirectional=bidirectional, method=method,
-                         device=device, dtype=dtype, window=window)
+        # Before the stack makes its layers, which read it (a plain attribute, which a
+        # torch module takes before its __init__).
         self.window = window
+        super().__init__(input_size, hidden_size, num_layers, bias=bias,
+                         batch_first=batch_first, dropout=dropout, bidirectional=bidirectional,
+                         method=method, device=device, dtype=dtype)
 
-    def _layer(self, input_size, hidden_size, factory, window):
-        return _QRNNLayer(input_size, hidden_size, window, factory)
+    def _layer(self, input_size, hidden_size, bias, factory):
+        return _QRNNLayer(input_size, hidden_size, self.window, bias, factory)
 
     def _split(self, state, batch):
         layers = len(self.layers)
