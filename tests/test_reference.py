@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cuscan import _dtypes
 from tests import reference
-from tests.conftest import require
+from tests.conftest import DTYPES, dtype_of, require
 
 
 @pytest.mark.parametrize("length", [1, 2, 17, 1000])
@@ -24,3 +25,12 @@ def test_reference_matches_lfilter(length, decay):
     np.testing.assert_allclose(
         reference.linear_recurrence(decay, impulses, state, axis=-1, reverse=True),
         reverse[:, ::-1])
+
+
+@pytest.mark.parametrize("name", DTYPES)
+def test_tolerances_scale_with_each_dtypes_epsilon(name):
+    """The epsilon the tolerances (``conftest.tolerance``) scale with is the dtype's own:
+    NumPy's, and ml_dtypes' for bfloat16, which NumPy does not know."""
+    dtype = dtype_of(name)
+    finfo = require("ml_dtypes").finfo if name == "bfloat16" else np.finfo
+    assert _dtypes.epsilon(dtype) == float(finfo(dtype).eps)
