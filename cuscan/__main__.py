@@ -60,13 +60,18 @@ def _positive(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cuscan", description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=["auto", "numpy", "cupy"], default="auto")
+    parser = argparse.ArgumentParser(
+        prog="python -m cuscan", description="Run a realistic recurrence (a gated linear RNN's "
+        "state), check the parallel method against the serial one, and report throughput.")
+    parser.add_argument("--backend", choices=["auto", "numpy", "cupy"], default="auto",
+                        help="where to run (default: auto, CuPy on a CUDA GPU if there is one, "
+                             "else NumPy)")
     parser.add_argument("--length", type=_positive, default=None,
                         help="sequence length (default: 2**16 on CPU, 2**20 on GPU)")
     parser.add_argument("--channels", type=_positive, default=16,
                         help="batch x features per step")
-    parser.add_argument("--dtype", default="float32", choices=_dtypes.SUPPORTED_NAMES[2:])
+    parser.add_argument("--dtype", default="float32", choices=_dtypes.SUPPORTED_NAMES[2:],
+                        help="of the decays, impulses and result (default: float32)")
     args = parser.parse_args(argv)
 
     xp, description = _select_backend(args.backend)
