@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import shutil
 import subprocess
@@ -48,6 +49,17 @@ def _argument(value):
     return ctypes.c_longlong(value)
 
 
+def _work_items(kernel: str, args) -> int:
+    """A launch's work items, from its arguments as kernels/linear_recurrence.cu declares them:
+    one per channel for the serial kernels (whose four channel sizes follow ``length``), one
+    per (channel, chunk) pair for the others (``length, chunk, chunks, chunk_major``, then the
+    sizes)."""
+    integers = [a for a in args if isinstance(a, int)]
+    if kernel.endswith("_serial"):
+        return math.prod(integers[1:5])
+    return integers[2] * math.prod(integers[4:8])
+
+
 class HostKernels:
     """A launcher with the signature KernelBackend expects."""
 
@@ -57,6 +69,9 @@ class HostKernels:
 
     def __call__(self, kernel: str, dtype, work: int, *args) -> None:
         self.launches.append(kernel)
+        items = _work_items(kernel, args)
+        if type(work) is not int or work != items:  # a GPU would run too few or too many threads
+            raise AssertionError(f"{kernel} launched over {work!r} threads for {items} work items")
         if work == 0:
             return
         values = [_argument(a) for a in args]

@@ -2,8 +2,12 @@
 // the real kernels (through the real launch plan) without a GPU.
 //
 // Every kernel loops over its work with a grid-stride loop and threads never
-// communicate, so one "thread" (grid 1, block 1) running the loop to the end
-// computes exactly what the GPU's threads compute together.
+// communicate, so running the GPU's threads one after another, in any order,
+// computes what they compute together. A launch here runs a grid of 3 blocks of
+// 5 threads, so that the loop's start and stride are not trivial, in a shuffled
+// order (neither increasing nor decreasing): a work item that reads what another
+// one writes, which a GPU leaves unordered, can find it not yet written, where
+// one thread running the items in order always had it.
 
 #include <algorithm>
 #include <cmath>
@@ -14,7 +18,8 @@
 struct cuscan_host_dim {
     long long x;
 };
-static const cuscan_host_dim blockIdx = {0}, threadIdx = {0}, blockDim = {1}, gridDim = {1};
+static thread_local cuscan_host_dim blockIdx = {0}, threadIdx = {0};  // ctypes drops the GIL
+static const cuscan_host_dim blockDim = {5}, gridDim = {3};
 
 #define __global__
 #define __device__
@@ -80,7 +85,13 @@ static void invoke(void (*kernel)(P...), void** args, std::index_sequence<I...>)
 
 template <typename... P>
 static void invoke(void (*kernel)(P...), void** args) {
-    invoke(kernel, args, std::index_sequence_for<P...>{});
+    const long long threads = gridDim.x * blockDim.x;
+    for (long long i = 0; i < threads; ++i) {
+        const long long j = i * 7 % threads;  // 7 is prime to 15: each thread once, shuffled
+        blockIdx.x = j / blockDim.x;
+        threadIdx.x = j % blockDim.x;
+        invoke(kernel, args, std::index_sequence_for<P...>{});
+    }
 }
 
 #define CUSCAN_EXPORT(kernel, tag, type) \
