@@ -212,6 +212,48 @@ def test_host_kernels_run_the_chunked_plan(monkeypatch):
     np.testing.assert_allclose(serial, h, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("axis", [0, -1])  # channel-major items; chunk-major items
+def test_host_kernels_re_run_only_channels_with_non_finite_values(monkeypatch, axis):
+    """After the chunked kernels, the serial kernel re-runs the channels they flagged (see
+    "Untrusted channels" in the kernels): those holding a value that is not finite, and no
+    other, forward and backward. A finite channel keeps its chunked result; flagging them all
+    would give the same numbers at the cost of a whole serial pass."""
+    from tests import kernel_host, reference
+
+    backend = kernel_host.installed(monkeypatch, target_threads=64, min_chunk=3,
+                                    min_parallel_length=8, major_chunk=3,
+                                    min_parallel_length_major=8, min_parallel_elements_major=0)
+    launch, re_run = backend.launch, {}
+
+    def recording(kernel, dtype, work, *args):
+        if kernel.endswith("_serial"):  # the last one of a call re-runs its flagged channels
+            only = args[4 if kernel.startswith("linear_recurrence_fwd") else 7]
+            re_run[kernel] = set(np.flatnonzero(only).tolist())
+        launch(kernel, dtype, work, *args)
+
+    backend.launch = recording
+    rng = np.random.default_rng(3)
+    length, channels = 500, 6
+    decays = rng.uniform(0.5, 1, (length, channels))
+    impulses, grad_output = rng.standard_normal((2, length, channels))
+    impulses[250, 1] = np.nan  # forward only: NaN from step 250
+    grad_output[300, 2] = np.nan  # backward only: NaN from step 300 back
+    decays[100, 3] = np.inf  # both: infinite from step 100 on, and from step 99 back
+    impulses[-1, 4] = np.inf  # forward only: the last step
+    shifted = np.concatenate([decays[1:], np.zeros((1, channels))])  # a[t + 1]
+    arrays = (decays, impulses, grad_output, reference.linear_recurrence(decays, impulses),
+              reference.linear_recurrence(shifted, grad_output, reverse=True))
+    if axis:
+        arrays = tuple(np.ascontiguousarray(v.T) for v in arrays)
+    decays, impulses, grad_output, expected_h, expected_grad = arrays
+    h = cuscan.linear_recurrence(decays, impulses, axis=axis, method="parallel")
+    assert re_run == {"linear_recurrence_fwd_serial": {1, 3, 4}}
+    np.testing.assert_allclose(h, expected_h, rtol=1e-12, atol=1e-12)
+    grad_impulses = cuscan.linear_recurrence_vjp(grad_output, decays, h, axis=axis)[1]
+    assert re_run["linear_recurrence_bwd_serial"] == {2, 3}
+    np.testing.assert_allclose(grad_impulses, expected_grad, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("axis", [0, 1])  # channels adjacent; steps adjacent (chunk-major)
 def test_chunked_plan_ends_whatever_its_settings(monkeypatch, axis):
     """The carries' scan is shorter than the scan it serves even with chunks of one step

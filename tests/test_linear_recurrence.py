@@ -140,6 +140,7 @@ BROADCASTS = [
     ((3, 1, 4), (1, 50, 4), (3, 1), 1),    # batch x time x channels, both broadcast
     ((1, 4, 1), (2, 4, 50), (2, 1), -1),   # time last
     ((50, 1, 4), (50, 3, 1), (1, 4), 0),   # outer product of channel sets
+    ((30, 1, 3, 1, 5), (30, 2, 3, 4, 5), (2, 1, 4, 1), 0),  # four channel axes, none merge
 ]
 
 
@@ -248,11 +249,12 @@ def test_zero_state_through_overflowing_products(backend, method, dtype, channel
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("axis", [0, -1])  # channels contiguous, time contiguous
-def test_nan_and_inf_propagate_as_serially(backend, method, axis):
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_nan_and_inf_propagate_as_serially(backend, method, axis, dtype):
     length = 3000
     rng = np.random.default_rng(9)
-    decays = make(rng, (length, 8), low=0.5)  # channels 6 and 7 stay finite
-    impulses = make(rng, (length, 8), low=-1)
+    decays = make(rng, (length, 8), dtype, low=0.5)  # channels 6 and 7 stay finite
+    impulses = make(rng, (length, 8), dtype, low=-1)
     impulses[1234, 0] = np.nan          # NaN impulse: NaN from there on
     decays[1500, 1] = np.nan            # NaN decay: likewise
     impulses[700, 2] = np.inf           # infinity decays but stays infinite
