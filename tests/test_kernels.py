@@ -220,9 +220,7 @@ def test_host_kernels_re_run_only_channels_with_non_finite_values(monkeypatch, a
     would give the same numbers at the cost of a whole serial pass."""
     from tests import kernel_host, reference
 
-    backend = kernel_host.installed(monkeypatch, target_threads=64, min_chunk=3,
-                                    min_parallel_length=8, major_chunk=3,
-                                    min_parallel_length_major=8, min_parallel_elements_major=0)
+    backend = kernel_host.install(monkeypatch, kernel_host.backend(kernel_host.build()))
     launch, re_run = backend.launch, {}
 
     def recording(kernel, dtype, work, *args):
