@@ -582,6 +582,8 @@ def constant(name: str, tensor: torch.Tensor) -> np.ndarray:
                         "coefficients must have them")
     while torch._C._functorch.is_functorch_wrapped_tensor(tensor):
         tensor = torch._C._functorch.get_unwrapped(tensor)
+    if _distributed(tensor):  # a DTensor: the values of all its parts, on every device
+        tensor = tensor.full_tensor()
     dtype = tensor.dtype
     if dtype not in _DTYPES and not dtype.is_floating_point and not dtype.is_complex:
         raise _dtypes.unsupported(name, dtype)  # quantized, bit and packed types
@@ -705,7 +707,9 @@ def linear_recurrence(decays, impulses, initial_state, *, axis, reverse, method)
     """``cuscan.linear_recurrence`` for torch tensors (called by the front door)."""
     decays, impulses, initial_state = _as_tensors(
         ("decays", "impulses", "initial_state"), decays, impulses, initial_state)
-    if impulses.is_meta:  # all on one device: the fake implementation checks no shapes
+    if impulses.is_meta or _distributed(decays, impulses, initial_state):
+        # The fake implementation checks no shapes, and over a device mesh each device
+        # would check only its own part's: the whole shapes are checked here.
         _api.forward_shape(_shape(decays), _shape(impulses), _shape(initial_state), axis)
     return _recurrence(decays, impulses, initial_state, axis, reverse, method)
 
@@ -716,7 +720,7 @@ def linear_recurrence_vjp(grad_output, decays, output, initial_state, *, axis, r
         ("grad_output", "decays", "output", "initial_state"), grad_output, decays, output,
         initial_state)
     operands = (grad_output, decays, output, initial_state)
-    if output.is_meta:
+    if output.is_meta or _distributed(*operands):  # as in `linear_recurrence`
         _api.backward_shape(_shape(grad_output), _shape(decays), _shape(output),
                             _shape(initial_state), axis)
     if _differentiated(*operands):

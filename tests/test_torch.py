@@ -665,6 +665,22 @@ for decays_shape, impulses_shape, state_shape, axis, placements, output, grads i
         for mine, theirs in zip(vjp, leaves):
             torch.testing.assert_close(mine.full_tensor(), theirs.grad)
 
+# wrong shapes are told in the whole tensors' shapes, as without a mesh
+for operands, message in (
+        ((torch.ones(T, B, D - 2), torch.ones(T, B, D)),
+         "do not broadcast: (9, 4, 4) and (9, 4, 6)"),  # `impulses`, or `output` in the VJP
+        ((torch.ones(T, B, D), torch.ones(T, B, D), torch.ones(B, D + 2)),
+         "state shape (4, 6) (the result's shape (9, 4, 6) without axis 0); got shape (4, 8)")):
+    split = [distribute_tensor(v, mesh, [Shard(v.ndim - 1)]) for v in operands]
+    for function in (cuscan.linear_recurrence,
+                     lambda *split: cuscan.linear_recurrence_vjp(split[1], *split)):
+        try:
+            function(*split)
+        except ValueError as error:
+            assert message in str(error), error
+        else:
+            raise AssertionError(f"shapes {[v.shape for v in operands]} went unnoticed")
+
 # cuscan.signal, the signal split along channels or along time
 import cuscan.signal
 sos = [[1, 0.5, 0.2, 1, -0.5, 0.1], [1, -1, 0, 1, 0.3, 0]]
@@ -682,6 +698,41 @@ for placement in (Shard(0), Shard(1)):
         y.sum().backward()
         expected.sum().backward()
         torch.testing.assert_close(split.grad.full_tensor(), leaf.grad)
+# the coefficients DTensors too (constants: gathered whole)
+whole = lambda v: distribute_tensor(torch.tensor(v, dtype=torch.float64), mesh, [Replicate()])
+for split_by, plain in ((lambda x: cuscan.signal.sosfilt(whole(sos), x), FILTERS[0]),
+                        (lambda x: cuscan.signal.sosfiltfilt(whole(sos), x), FILTERS[1]),
+                        (lambda x: cuscan.signal.lfilter(whole([1, 2, 1]), whole([1, -0.3]), x),
+                         FILTERS[2])):
+    for placement in (Shard(0), Shard(1)):
+        y = split_by(distribute_tensor(x, mesh, [placement]))
+        torch.testing.assert_close(y.full_tensor(), plain(x))
+# ema's alpha a DTensor too, one per sample or per channel, split as the signal or not (its
+# values checked on every device alike)
+for alpha in (torch.rand(5, 50, generator=generator, dtype=torch.float64) * 0.9 + 0.05,
+              torch.tensor([0.1, 0.3, 0.5, 0.7, 1.0], dtype=torch.float64)):
+    for x_placement, alpha_placement in ((Shard(0), Shard(0)), (Shard(1), Shard(alpha.ndim - 1)),
+                                         (Shard(1), Replicate())):
+        for options in ({}, {"adjust": True}, {"nan_policy": "omit"}):
+            split = [distribute_tensor(v, mesh, [p]).requires_grad_()
+                     for v, p in ((x, x_placement), (alpha, alpha_placement))]
+            leaves = [v.clone().requires_grad_() for v in (x, alpha)]
+            y = cuscan.signal.ema(*split, **options)
+            expected = cuscan.signal.ema(*leaves, **options)
+            torch.testing.assert_close(y.full_tensor(), expected)
+            y.sum().backward()
+            expected.sum().backward()
+            for mine, theirs in zip(split, leaves):
+                torch.testing.assert_close(mine.grad.full_tensor(), theirs.grad)
+    bad = alpha.clone()
+    bad[3:] = 2.0  # on the second device only
+    bad = distribute_tensor(bad, mesh, [Shard(0)])
+    try:
+        cuscan.signal.ema(distribute_tensor(x, mesh, [Shard(0)]), bad)
+    except ValueError as error:
+        assert "every `alpha` must lie in (0, 1]" in str(error), error
+    else:
+        raise AssertionError("alpha = 2 on one device went unnoticed")
 
 # cuscan.nn under FSDP (fully_shard each layer), made on the meta device: the same training
 # from the same parameters as without FSDP (both processes see the same batches, so the

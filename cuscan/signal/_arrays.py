@@ -350,6 +350,8 @@ class _Torch(_Arrays):
         return True
 
     def host(self, x) -> np.ndarray:
+        if self._adapter._distributed(x):  # every device's part, so that all decide alike
+            x = x.full_tensor()
         return self._adapter.to_array(x.detach().cpu())  # lazy conjugates resolved
 
 
