@@ -827,6 +827,25 @@ def test_sharded_arrays():
                     np.testing.assert_allclose(np.asarray(grad), np.asarray(
                         jax.grad(lambda x: f(x).sum())(values[1])), rtol=1e-5)
                     assert same(grad.sharding, spec), grad.sharding
+                # with initial states split along the channels, whether the signal is or not
+                # (a real pole and a conjugate pair: both add the state into their impulses)
+                zi = np.random.default_rng(1).standard_normal((2, 1, 2, 8)).astype(np.float32)
+                for f in (lambda x, zi: cuscan.signal.lfilter(
+                              [1, 2], [1, -0.5, 0.2], x, axis=0, zi=zi[0, 0])[0],
+                          lambda x, zi: cuscan.signal.sosfilt(
+                              [[1, 0.5, 0, 1, -0.5, 0.3]], x, axis=0, zi=zi[1])[0]):
+                    operands = (split[1], jax.device_put(zi, NamedSharding(mesh, P(
+                        None, None, None, "b"))))
+                    np.testing.assert_allclose(np.asarray(f(*operands)), f(values[1], zi),
+                                               rtol=1e-5, atol=1e-6)
+                    total = lambda x, zi: f(x, zi).sum()
+                    grads = jax.grad(total, argnums=(0, 1))(*operands)
+                    for grad, expected_grad, operand in zip(
+                            grads, jax.grad(total, argnums=(0, 1))(values[1], zi), operands):
+                        np.testing.assert_allclose(np.asarray(grad), np.asarray(expected_grad),
+                                                   rtol=1e-5, atol=1e-6)
+                        assert grad.sharding.is_equivalent_to(operand.sharding, grad.ndim), \
+                            grad.sharding
     """
     run_in_fresh_process(script, XLA_FLAGS="--xla_force_host_platform_device_count=4",
                          JAX_PLATFORMS="cpu")

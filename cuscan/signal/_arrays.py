@@ -375,6 +375,11 @@ class _Jax(_Arrays):
         return x.astype(self.jax.dtypes.canonicalize_dtype(dtype))
 
     def add_into(self, w, key, value):
+        # Over explicit mesh axes the update must be laid out as `w` (a state split along
+        # channels, say, added into a signal that is not).
+        sharding = self._adapter._sharding(w)
+        value = (self._adapter._whole(value) if sharding is None
+                 else self._adapter._reshard(value, sharding))
         return w.at[key].add(value)
 
     def dense(self, value, name: str):
