@@ -1802,6 +1802,19 @@ def test_poles_correctly_rounded(a):
     assert max(min(abs(z - root) for z in np.roots(a)) for root in exact) > 1e-12
 
 
+def test_deflated_divides_out_roots():
+    """`a` divided by the factors of some of its roots is the polynomial of the others, for
+    real and complex coefficients and roots, through quotients of several steps."""
+    turns = np.exp(1j * np.random.default_rng(13).uniform(0, 2 * np.pi, 5))
+    for kept, removed, dtype in (
+            ([0.9, 0.9], [0.5 + 0.5j, 0.5 - 0.5j, -0.3, 0.2 + 0.6j, 0.2 - 0.6j], np.float64),
+            ([0.7 + 0.1j, -0.2], list(0.8 * turns), np.complex128)):
+        a = np.poly(kept + removed)  # real where the roots come in conjugate pairs
+        quotient = _poles._deflated(a, removed)
+        assert quotient.dtype == dtype
+        np.testing.assert_allclose(quotient, np.poly(kept), rtol=0, atol=1e-14)
+
+
 def test_sections_with_a_double_pole(backend):
     """Critically damped sections: a double real pole, rounded into a1 and a2."""
     rng = np.random.default_rng(12)
