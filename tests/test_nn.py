@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+import re
 
 import numpy as np
 import pytest
@@ -553,6 +555,20 @@ def test_ensemble_through_torch_func(name):
     for key, grad in grads.items():
         torch.testing.assert_close(grad, torch.stack([dict(model.named_parameters())[key].grad
                                                       for model in models]), msg=key)
+
+
+@pytest.mark.skipif(GILR.__doc__ is None, reason="docstrings stripped (python -OO)")
+@pytest.mark.parametrize("layer", [GILR, GILRLSTM, SRU, QRNN], ids=lambda layer: layer.__name__)
+def test_docstrings_list_every_parameter(layer):
+    """The shared Parameters section is filled in, and names each argument of the layer's
+    signature once, in its order."""
+    doc = inspect.getdoc(layer)
+    assert "{parameters}" not in doc
+    assert "{options}" not in doc
+    section = doc.split("Parameters\n----------\n")[1].split("\n\n")[0]
+    documented = [name for line in section.splitlines() if re.match(r"\w", line)
+                  for name in line.split(" : ")[0].split(", ")]
+    assert documented == list(inspect.signature(layer).parameters)
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
