@@ -707,6 +707,12 @@ for split_by, plain in ((lambda x: cuscan.signal.sosfilt(whole(sos), x), FILTERS
     for placement in (Shard(0), Shard(1)):
         y = split_by(distribute_tensor(x, mesh, [placement]))
         torch.testing.assert_close(y.full_tensor(), plain(x))
+for helper, arguments in ((cuscan.signal.lfilter_zi, ([1, 2, 1], [1, -0.3])),
+                          (cuscan.signal.sosfilt_zi, (sos,)),
+                          (cuscan.signal.lfiltic, ([1, 2, 1], [1, -0.3], [0.5, -1.0]))):
+    mine = helper(*map(whole, arguments))
+    mine = mine.full_tensor() if isinstance(mine, DTensor) else torch.as_tensor(mine)
+    torch.testing.assert_close(mine, torch.as_tensor(helper(*arguments)))
 # ema's alpha a DTensor too, one per sample or per channel, split as the signal or not (its
 # values checked on every device alike)
 for alpha in (torch.rand(5, 50, generator=generator, dtype=torch.float64) * 0.9 + 0.05,
